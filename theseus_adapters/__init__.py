@@ -1,0 +1,1 @@
+"""Family knowledge: BERT, ResNet and GNN adapters (see the adapter issues)."""

@@ -1,0 +1,536 @@
+"""`replace_`: in-place Theseus surgery on any ``nn.Module``, and the `Theseus` handle.
+
+Everything is validated before the first mutation: on any error the model is
+untouched. The handle undoes the surgery (`Theseus.restore`) or makes it
+permanent (`Theseus.finalize`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from numbers import Integral, Real
+from typing import Any
+
+import torch
+from torch import nn
+
+from .registry import DEFAULT_REGISTRY, SuccessorRegistry
+from .site import (
+    PredecessorChain,
+    Projected,
+    ReplacementSite,
+    Router,
+    boundary_width,
+    make_projection,
+)
+from .spec import ModuleSpec, Plan, ResolvedGroup, resolve
+
+
+@dataclass
+class _Prepared:
+    """A group with everything built for it, before the model is touched."""
+
+    spec: ModuleSpec
+    group: ResolvedGroup
+    successor: Projected
+
+
+def replace_(
+    model: nn.Module,
+    specs: Sequence[ModuleSpec] | Plan,
+    *,
+    seed: int = 0,
+    train_others: bool = False,
+    eval_route: str = "successor",
+    predecessor_eval: bool = False,
+    example_inputs: tuple[Any, ...] | None = None,
+    example_kwargs: Mapping[str, Any] | None = None,
+    compile: bool | Mapping[str, Any] = False,
+    registry: SuccessorRegistry | None = None,
+) -> Theseus:
+    """Replaces each spec's predecessor group in ``model`` by a routing site, in place.
+
+    Args:
+        model: Any ``nn.Module``; it is modified in place.
+        specs: The groups and their successors (a `Plan` or a list of `ModuleSpec`);
+            groups must not overlap.
+        seed: Seed of the handle's own generator for route draws. Ranks of a
+            data-parallel job with the same seed take the same routes. (default: ``0``)
+        train_others: Leave parameters outside the groups (embeddings, heads)
+            trainable; by default they are frozen, as in the paper. (default: ``False``)
+        eval_route: What runs in eval mode: ``"successor"`` (the paper),
+            ``"predecessor"``, or ``"hybrid"`` (random routes at the current rate).
+            (default: ``"successor"``)
+        predecessor_eval: Keep predecessor groups in eval mode even while the
+            model trains (no dropout in them, batch norm uses and keeps its running
+            statistics). Off by default, so that rate 0 reproduces the original
+            model in training mode. (default: ``False``)
+        example_inputs, example_kwargs: When given, the model is run once (eval
+            mode, no grad) and every successor is checked to produce the shape of
+            its group's output on the group's real input.
+        compile: ``True`` or a dict of ``torch.compile`` options: compile the model
+            and each branch of each site separately, so that changing routes never
+            recompiles. (default: ``False``)
+        registry: Where specs without a successor look one up. (default: the
+            registry of `register_successor`)
+
+    Returns:
+        The `Theseus` handle that sets the rate, gives the successor parameters,
+        and finalizes or restores the model.
+
+    Raises:
+        TypeError, ValueError, LookupError: Bad specs or arguments, with the
+            path at fault and what to do; the model is then unchanged.
+    """
+    _check_arguments(model, specs, seed, eval_route, compile)
+    registry = DEFAULT_REGISTRY if registry is None else registry
+    groups = [resolve(model, spec.path) for spec in specs]
+    _check_no_overlap(groups)
+    prepared = [
+        _Prepared(spec, group, _build_successor(model, spec, group, registry))
+        for spec, group in zip(specs, groups, strict=True)
+    ]
+    _check_no_sharing(model, prepared)
+    if example_inputs is not None or example_kwargs is not None:
+        _check_example_outputs(model, prepared, tuple(example_inputs or ()), dict(example_kwargs or {}))
+    # --- nothing above this line changes the model ---
+    return Theseus._install(
+        model,
+        prepared,
+        seed=int(seed),
+        train_others=train_others,
+        eval_route=eval_route,
+        predecessor_eval=predecessor_eval,
+        compile_options=None if compile is False else ({} if compile is True else dict(compile)),
+        on_finalize=specs.on_finalize if isinstance(specs, Plan) else None,
+    )
+
+
+class Theseus:
+    """Handle on a model under Theseus replacement, returned by `replace_`.
+
+    Set `rate` every step (from a schedule), optimise `successor_parameters`,
+    then `finalize` to keep the successors or `restore` to undo everything.
+    """
+
+    def __init__(self) -> None:
+        raise TypeError("a Theseus handle is created by theseus_core.replace_(model, specs)")
+
+    @classmethod
+    def _install(
+        cls,
+        model: nn.Module,
+        prepared: list[_Prepared],
+        *,
+        seed: int,
+        train_others: bool,
+        eval_route: str,
+        predecessor_eval: bool,
+        compile_options: dict[str, Any] | None,
+        on_finalize: Any,
+    ) -> Theseus:
+        self = object.__new__(cls)
+        self._model = model
+        self._on_finalize = on_finalize
+        self._state = "active"
+        self._router = Router(seed, len(prepared))
+        self._router.eval_route = eval_route
+        self._requires_grad = [(p, p.requires_grad) for p in model.parameters()]
+        self._saved_children = {}  # id(container) -> (container, its children before surgery)
+        self._compiled = compile_options is not None
+
+        predecessor_params = {p for item in prepared for m in item.group.modules for p in m.parameters()}
+        for param in model.parameters():
+            if param in predecessor_params or not train_others:
+                param.requires_grad_(False)
+        self._sites: list[ReplacementSite] = []
+        for index, item in enumerate(prepared):
+            item.successor.requires_grad_(True)
+            chain = PredecessorChain(list(item.group.modules))
+            chain.train(item.group.modules[0].training)
+            self._sites.append(
+                ReplacementSite(
+                    item.spec.path,
+                    index,
+                    chain,
+                    item.successor,
+                    self._router,
+                    ReplacementSite.primary_name_of(item.group.modules[0]),
+                    predecessor_eval,
+                )
+            )
+        by_container: dict[int, list[tuple[ResolvedGroup, nn.Module]]] = {}
+        for item, site in zip(prepared, self._sites, strict=True):
+            container = item.group.container
+            self._saved_children.setdefault(id(container), (container, OrderedDict(container._modules)))
+            by_container.setdefault(id(container), []).append((item.group, site))
+        for entries in by_container.values():
+            _swap_children(entries[0][0].container, {group.keys: site for group, site in entries})
+
+        if compile_options is not None:
+            model.compile(**compile_options)
+            for site in self._sites:
+                site.predecessor.compile(**compile_options)
+                site.successor.compile(**compile_options)
+        return self
+
+    # ------------------------------------------------------------------ routing
+    @property
+    def rate(self) -> float:
+        """Probability that a group runs its successor in a training forward, in [0, 1]."""
+        return self._router.rate
+
+    @rate.setter
+    def rate(self, value: float) -> None:
+        if isinstance(value, torch.Tensor) and value.numel() == 1:
+            value = value.item()
+        if not isinstance(value, Real) or isinstance(value, bool) or math.isnan(value) or not 0 <= value <= 1:
+            raise ValueError(f"Theseus.rate must be a number in [0, 1], got {value!r}")
+        self._router.rate = float(value)
+
+    @property
+    def eval_route(self) -> str:
+        """What runs in eval mode: ``"successor"``, ``"predecessor"`` or ``"hybrid"``."""
+        return self._router.eval_route
+
+    @eval_route.setter
+    def eval_route(self, value: str) -> None:
+        _check_eval_route(value)
+        self._router.eval_route = value
+
+    @property
+    def model(self) -> nn.Module:
+        return self._model
+
+    @property
+    def sites(self) -> tuple[ReplacementSite, ...]:
+        return tuple(self._sites)
+
+    @property
+    def last_routes(self) -> dict[str, bool | None]:
+        """Per group path, whether its latest draw chose the successor (``None``: no draw yet)."""
+        return {site.path: route for site, route in zip(self._sites, self._router.last_routes, strict=True)}
+
+    @property
+    def route_counts(self) -> dict[str, tuple[int, int]]:
+        """Per group path, (training calls, of which took the successor)."""
+        router = self._router
+        return {s.path: (router.calls[s.index], router.successor_calls[s.index]) for s in self._sites}
+
+    # --------------------------------------------------------------- parameters
+    def successor_parameters(self) -> Iterator[nn.Parameter]:
+        """Parameters of the successors and their projections: what the optimizer trains."""
+        self._require("active")
+        for site in self._sites:
+            yield from site.successor.parameters()
+
+    def trainable_parameters(self) -> Iterator[nn.Parameter]:
+        """Every parameter with ``requires_grad`` (successors, plus the rest with ``train_others``)."""
+        self._require("active")
+        return (p for p in self._model.parameters() if p.requires_grad)
+
+    # ------------------------------------------------------------------- state
+    def state_dict(self) -> dict[str, Any]:
+        """Routing state (generator, counters, rate), so a resumed run takes the same routes."""
+        router = self._router
+        return {
+            "paths": [site.path for site in self._sites],
+            "seed": router.seed,
+            "rate": router.rate,
+            "eval_route": router.eval_route,
+            "generator_state": router.generator.get_state(),
+            "calls": list(router.calls),
+            "successor_calls": list(router.successor_calls),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restores what `state_dict` saved; the group paths must match this handle's."""
+        paths = [site.path for site in self._sites]
+        if list(state.get("paths", [])) != paths:
+            raise ValueError(f"this routing state is for groups {state.get('paths')}, this handle has {paths}")
+        self.rate = state["rate"]
+        self.eval_route = state["eval_route"]
+        router = self._router
+        router.seed = state["seed"]
+        router.generator.set_state(state["generator_state"])
+        router.calls = list(state["calls"])
+        router.successor_calls = list(state["successor_calls"])
+
+    # -------------------------------------------------------------- finishing
+    def finalize(self) -> nn.Module:
+        """Makes the replacement permanent and returns the model (the same object).
+
+        Every site becomes its successor (with its projections, where it has
+        any); the predecessor modules leave the model. Parameters outside the
+        groups get back the ``requires_grad`` they had before `replace_`;
+        successors stay trainable. The plan's ``on_finalize`` hook runs last.
+        """
+        self._require("active")
+        finals = {
+            id(site): site.successor if site.successor.has_projections else site.successor.inner for site in self._sites
+        }
+        for container, _ in self._saved_children.values():
+            for key, child in container._modules.items():
+                if id(child) in finals:
+                    container._modules[key] = finals[id(child)]
+        self._restore_requires_grad()
+        self._state = "finalized"
+        if self._on_finalize is not None:
+            self._on_finalize(self._model)
+        return self._model
+
+    def restore(self) -> nn.Module:
+        """Undoes `replace_`: the original modules return to their places and get back
+        their ``requires_grad``; the successors are dropped. Returns the model."""
+        self._require("active")
+        for container, children in self._saved_children.values():
+            container._modules.clear()
+            container._modules.update(children)
+            container.train(container.training)
+        self._restore_requires_grad()
+        if self._compiled:
+            self._model._compiled_call_impl = None  # undo nn.Module.compile()
+        self._state = "restored"
+        return self._model
+
+    def _restore_requires_grad(self) -> None:
+        for param, requires_grad in self._requires_grad:
+            param.requires_grad_(requires_grad)
+
+    def _require(self, state: str) -> None:
+        if self._state != state:
+            raise RuntimeError(f"this Theseus handle was already {self._state}; call replace_ again to start over")
+
+    def __repr__(self) -> str:
+        lines = [
+            f"Theseus(rate={self.rate:g}, eval_route={self.eval_route!r}, seed={self._router.seed}, "
+            f"state={self._state!r}, sites=["
+        ]
+        for site, (calls, successor_calls) in zip(self._sites, self.route_counts.values(), strict=True):
+            layers = site.predecessor.layers
+            names = sorted({type(m).__name__ for m in layers})
+            successor = site.successor
+            described = f"{type(successor.inner).__name__} ({_count(successor.inner):,} params)"
+            for side in ("in_proj", "out_proj"):
+                projection = getattr(successor, side)
+                if projection is not None:
+                    described += f" + {side} {_describe_projection(projection)}"
+            lines.append(
+                f"  {site.path!r}: {len(layers)} × {'/'.join(names)} ({_count(site.predecessor):,} params) "
+                f"→ {described}; {calls} training calls, {successor_calls} to the successor"
+            )
+        lines.append("])")
+        return "\n".join(lines)
+
+
+def _describe_projection(projection: nn.Module) -> str:
+    widths = boundary_width(projection, "in"), boundary_width(projection, "out")
+    if None in widths:
+        return type(projection).__name__
+    return f"{type(projection).__name__}({widths[0][0]}→{widths[1][0]})"
+
+
+def _count(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+# ---------------------------------------------------------------- validation
+def _check_eval_route(value: str) -> None:
+    if value not in Router.EVAL_ROUTES:
+        raise ValueError(f"eval_route must be one of {Router.EVAL_ROUTES}, got {value!r}")
+
+
+def _check_arguments(model: nn.Module, specs: Any, seed: Any, eval_route: str, compile: Any) -> None:
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"replace_ expects an nn.Module, got {type(model).__name__}")
+    if isinstance(specs, ModuleSpec) or not isinstance(specs, Sequence) or not specs:
+        raise TypeError("replace_ expects a non-empty list (or Plan) of ModuleSpec")
+    for spec in specs:
+        if not isinstance(spec, ModuleSpec):
+            raise TypeError(f"replace_ expects ModuleSpec items, got {type(spec).__name__}: {spec!r}")
+    if not isinstance(seed, Integral) or isinstance(seed, bool):
+        raise TypeError(f"seed must be an integer, got {seed!r}")
+    _check_eval_route(eval_route)
+    if not isinstance(compile, (bool, Mapping)):
+        raise TypeError(f"compile must be a bool or a dict of torch.compile options, got {compile!r}")
+    for name, module in model.named_modules():
+        if isinstance(module, ReplacementSite):
+            raise ValueError(
+                f"{name} is already a Theseus site: finalize() or restore() the existing handle "
+                f"before calling replace_ again"
+            )
+
+
+def _check_no_overlap(groups: list[ResolvedGroup]) -> None:
+    owner: dict[int, str] = {}
+    for group in groups:
+        for module in group.modules:
+            for inner in module.modules():
+                other = owner.setdefault(id(inner), group.path)
+                if other != group.path:
+                    raise ValueError(
+                        f"groups {other!r} and {group.path!r} overlap (they share a module); "
+                        f"each predecessor module may belong to one group only"
+                    )
+
+
+def _build_successor(
+    model: nn.Module, spec: ModuleSpec, group: ResolvedGroup, registry: SuccessorRegistry
+) -> Projected:
+    factory = spec.successor if spec.successor is not None else registry.lookup(group.modules)
+    try:
+        successor = factory(list(group.modules))
+    except Exception as error:
+        error.add_note(f"(while building the successor for group {spec.path!r})")
+        raise
+    if not isinstance(successor, nn.Module):
+        raise TypeError(
+            f"the successor factory for {spec.path!r} returned {type(successor).__name__}, not an nn.Module"
+        )
+    in_proj = _projection(spec, "in_proj", group.modules[0], successor)
+    out_proj = _projection(spec, "out_proj", group.modules[-1], successor)
+    branch = Projected(successor, in_proj, out_proj)
+    reference = next((t for m in group.modules for t in (*m.parameters(), *m.buffers()) if t.is_floating_point()), None)
+    if reference is not None:
+        branch.to(device=reference.device, dtype=reference.dtype)
+    return branch
+
+
+def _projection(spec: ModuleSpec, side: str, predecessor: nn.Module, successor: nn.Module) -> nn.Module | None:
+    value = getattr(spec, side)
+    if value != "linear":
+        return value
+    end = "in" if side == "in_proj" else "out"
+    theirs, ours = boundary_width(predecessor, end), boundary_width(successor, end)
+    if theirs is None or ours is None:
+        unknown = "predecessor" if theirs is None else "successor"
+        raise ValueError(
+            f"{side}='linear' for group {spec.path!r}: cannot infer the {unknown}'s {end}put width (no Linear, "
+            f"convolution or in_channels/out_channels layer found); pass the projection module instead"
+        )
+    if side == "in_proj":
+        return make_projection(theirs[0], ours[0], ours[1])
+    return make_projection(ours[0], theirs[0], ours[1])
+
+
+def _check_no_sharing(model: nn.Module, prepared: list[_Prepared]) -> None:
+    """Successors must be new modules: sharing a tensor with the model would freeze or alter it."""
+    model_modules = {id(m) for m in model.modules()}
+    model_tensors = {id(t) for t in (*model.parameters(), *model.buffers())}
+    seen: dict[int, str] = {}
+    for item in prepared:
+        path = item.spec.path
+        for module in item.successor.modules():
+            if id(module) in model_modules:
+                raise ValueError(
+                    f"the successor for {path!r} contains a module of the model ({type(module).__name__}); "
+                    f"successors must be new modules, e.g. copy.deepcopy(group[0]) or theseus_core.copy_module(0)"
+                )
+        for tensor in (*item.successor.parameters(), *item.successor.buffers()):
+            if id(tensor) in model_tensors:
+                raise ValueError(
+                    f"the successor for {path!r} shares a parameter or buffer with the model; "
+                    f"build it from copies (copy.deepcopy)"
+                )
+            other = seen.setdefault(id(tensor), path)
+            if other != path:
+                raise ValueError(f"the successors for {other!r} and {path!r} share a parameter; give each its own")
+
+
+def _structure(value: Any) -> Any:
+    """Shapes and container types of an output, for comparing a successor with its group."""
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), value.dtype)
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__, tuple(_structure(v) for v in value))
+    if isinstance(value, Mapping):
+        return ("mapping", tuple((k, _structure(v)) for k, v in value.items()))
+    return (type(value).__name__,)
+
+
+def _check_example_outputs(
+    model: nn.Module, prepared: list[_Prepared], example_inputs: tuple[Any, ...], example_kwargs: dict[str, Any]
+) -> None:
+    """Runs the model once and checks each successor against its group's real input and output."""
+    captured: list[dict[str, Any]] = [{} for _ in prepared]
+    handles = []
+
+    def capture_input(index: int):
+        def hook(module, args, kwargs):
+            captured[index].setdefault("args", (args, kwargs))
+
+        return hook
+
+    def capture_output(index: int):
+        def hook(module, args, output):
+            captured[index].setdefault("output", output)
+
+        return hook
+
+    modes = [(m, m.training) for m in model.modules()]
+    try:
+        for index, item in enumerate(prepared):
+            handles.append(item.group.modules[0].register_forward_pre_hook(capture_input(index), with_kwargs=True))
+            handles.append(item.group.modules[-1].register_forward_hook(capture_output(index)))
+        model.eval()
+        with torch.no_grad():
+            model(*example_inputs, **example_kwargs)
+    finally:
+        for handle in handles:
+            handle.remove()
+        for module, training in modes:
+            module.training = training
+
+    for item, seen in zip(prepared, captured, strict=True):
+        path = item.spec.path
+        if "args" not in seen or "output" not in seen:
+            raise ValueError(f"group {path!r} did not run when the model ran on example_inputs; check the path")
+        args, kwargs = seen["args"]
+        kwargs = dict(kwargs)
+        if args:
+            primary, args = args[0], args[1:]
+        else:
+            primary = kwargs.pop(ReplacementSite.primary_name_of(item.group.modules[0]))
+        branch_mode = item.successor.training
+        item.successor.eval()
+        try:
+            with torch.no_grad():
+                output = item.successor(primary, *args, **kwargs)
+        except Exception as error:
+            error.add_note(
+                f"(the successor for group {path!r} failed on the group's input from example_inputs; "
+                f"if its width differs, add in_proj='linear' / out_proj='linear')"
+            )
+            raise
+        finally:
+            item.successor.train(branch_mode)
+        expected, actual = _structure(seen["output"]), _structure(output)
+        if expected != actual:
+            raise ValueError(
+                f"the successor for group {path!r} returns {actual}, but the group returns {expected}; "
+                f"fix the successor or add out_proj='linear'"
+            )
+
+
+def _swap_children(container: nn.Module, sites: dict[tuple[str, ...], ReplacementSite]) -> None:
+    """Puts each site in place of its group's children; consecutive numeric keys are renumbered
+    so that the container reads as if it had been built with the sites."""
+    first_keys = {keys[0]: (keys, site) for keys, site in sites.items()}
+    skipped: set[str] = set()
+    children: list[tuple[str, nn.Module | None]] = []
+    for key, child in container._modules.items():
+        if key in skipped:
+            continue
+        if key in first_keys:
+            keys, site = first_keys[key]
+            skipped.update(keys[1:])
+            children.append((key, site))
+        else:
+            children.append((key, child))
+    if isinstance(container, (nn.ModuleList, nn.Sequential)) and all(key.isdigit() for key, _ in children):
+        children = [(str(index), child) for index, (_, child) in enumerate(children)]
+    container._modules.clear()
+    container._modules.update(children)

@@ -1,0 +1,236 @@
+"""The modules that `replace_` puts into a model.
+
+A `ReplacementSite` stands where a predecessor group stood. It holds the group
+as a `PredecessorChain` and the successor as a `Projected` (projections around
+it, either optional) and picks one of the two per call through a `Router`
+owned by the `Theseus` handle.
+
+Calling convention: a site is called like the group's first module. The first
+argument (the *primary* input, e.g. hidden states or an image batch) flows
+through the group; every other argument (attention masks, ``edge_index``, ...)
+is passed unchanged to every module of the group and to the successor. Between
+two modules of a group, the primary input of the next is the previous output,
+or its first element when that output is a tuple or a mapping (Hugging Face
+layers return tuples).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+
+def primary_output(output: Any) -> torch.Tensor:
+    """The tensor that flows on from a module's output: the output itself, or its first element."""
+    if isinstance(output, torch.Tensor):
+        return output
+    if isinstance(output, (tuple, list)) and output:
+        return output[0]
+    if isinstance(output, Mapping) and output:
+        return next(iter(output.values()))
+    raise TypeError(
+        f"cannot tell which part of a {type(output).__name__} output flows to the next module; "
+        f"group modules must return a tensor, or a tuple / mapping whose first item is the tensor"
+    )
+
+
+def with_primary_output(output: Any, value: torch.Tensor) -> Any:
+    """``output`` with its primary tensor replaced by ``value`` (same container type)."""
+    if isinstance(output, torch.Tensor):
+        return value
+    if isinstance(output, (tuple, list)):
+        items = [value, *output[1:]]
+        return type(output)(*items) if hasattr(output, "_fields") else type(output)(items)
+    if isinstance(output, Mapping):
+        first = next(iter(output))
+        updated = output.copy() if hasattr(output, "copy") else dict(output)
+        updated[first] = value
+        return updated
+    raise TypeError(f"cannot project an output of type {type(output).__name__}")
+
+
+class PredecessorChain(nn.Module):
+    """Runs a group's modules in order, threading the primary input through them."""
+
+    def __init__(self, modules: list[nn.Module]) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(modules)
+
+    def forward(self, primary: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        last = len(self.layers) - 1
+        for index, layer in enumerate(self.layers):
+            output = layer(primary, *args, **kwargs)
+            if index < last:
+                primary = primary_output(output)
+        return output
+
+
+class Projected(nn.Module):
+    """A successor with optional projections on its primary input and output.
+
+    After `Theseus.finalize`, a site whose successor needs projections becomes
+    this module (one without projections becomes the bare successor).
+    """
+
+    def __init__(self, inner: nn.Module, in_proj: nn.Module | None = None, out_proj: nn.Module | None = None) -> None:
+        super().__init__()
+        self.in_proj = in_proj
+        self.inner = inner
+        self.out_proj = out_proj
+
+    @property
+    def has_projections(self) -> bool:
+        return self.in_proj is not None or self.out_proj is not None
+
+    def forward(self, primary: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        if self.in_proj is not None:
+            primary = self.in_proj(primary)
+        output = self.inner(primary, *args, **kwargs)
+        if self.out_proj is not None:
+            output = with_primary_output(output, self.out_proj(primary_output(output)))
+        return output
+
+
+def _boundary_layer(module: nn.Module, side: str) -> nn.Module | None:
+    """The first (``side="in"``) or last (``"out"``) layer of ``module`` that declares a width."""
+    layers = list(module.modules())
+    if side == "out":
+        layers.reverse()
+    for layer in layers:
+        if isinstance(layer, (nn.Linear, nn.modules.conv._ConvNd)):
+            return layer
+        if isinstance(getattr(layer, "in_channels", None), int) and isinstance(
+            getattr(layer, "out_channels", None), int
+        ):
+            return layer  # e.g. torch-geometric message-passing layers
+    return None
+
+
+def boundary_width(module: nn.Module, side: str) -> tuple[int, int] | None:
+    """(width, conv_dims) at a module's input or output side, or ``None`` when unknown.
+
+    ``conv_dims`` is 1, 2 or 3 when the boundary layer is a convolution (features
+    are channel-first) and 0 when the feature width is the last dimension.
+    """
+    layer = _boundary_layer(module, side)
+    if layer is None:
+        return None
+    if isinstance(layer, nn.Linear):
+        return (layer.in_features if side == "in" else layer.out_features), 0
+    width = layer.in_channels if side == "in" else layer.out_channels
+    conv_dims = len(layer.kernel_size) if isinstance(layer, nn.modules.conv._ConvNd) else 0
+    return width, conv_dims
+
+
+def make_projection(in_width: int, out_width: int, conv_dims: int) -> nn.Module:
+    """A learned map between widths: ``nn.Linear`` on the last dimension, or a 1×1 convolution."""
+    if conv_dims == 0:
+        return nn.Linear(in_width, out_width)
+    conv = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}[conv_dims]
+    return conv(in_width, out_width, kernel_size=1)
+
+
+class Router:
+    """Route decisions for every site of one `Theseus` handle.
+
+    In training mode each call of a site draws one Bernoulli(``rate``) from the
+    handle's own generator (never the global RNG): the whole batch takes the
+    same route, rate 0 leaves the global RNG exactly as the original model
+    would, and ranks with the same seed agree. A uniform is drawn on every
+    training call whatever the rate, so the routes of a run depend only on the
+    seed, the number of calls, and the rates.
+    """
+
+    EVAL_ROUTES = ("successor", "predecessor", "hybrid")
+
+    def __init__(self, seed: int, num_sites: int) -> None:
+        self.seed = seed
+        self.generator = torch.Generator().manual_seed(seed)
+        self.rate = 0.0
+        self.eval_route = "successor"
+        self.calls = [0] * num_sites  # training-mode draws per site
+        self.successor_calls = [0] * num_sites
+        self.last_routes: list[bool | None] = [None] * num_sites
+
+    def choose(self, site_index: int, training: bool) -> bool:
+        """True when the site runs its successor for this call."""
+        if not training and self.eval_route != "hybrid":
+            return self.eval_route == "successor"
+        use_successor = torch.rand((), generator=self.generator).item() < self.rate
+        if training:
+            self.calls[site_index] += 1
+            self.successor_calls[site_index] += use_successor
+        self.last_routes[site_index] = use_successor
+        return use_successor
+
+
+class ReplacementSite(nn.Module):
+    """Stands in for one predecessor group while `Theseus` replacement trains.
+
+    Attributes:
+        path: The `ModuleSpec` path this site replaced.
+        predecessor: The group's original modules, frozen, as a `PredecessorChain`.
+        successor: The trainable successor (with any projections), as a `Projected`.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        index: int,
+        predecessor: PredecessorChain,
+        successor: Projected,
+        router: Router,
+        primary_name: str | None,
+        predecessor_eval: bool,
+    ) -> None:
+        super().__init__()
+        self.path = path
+        self.index = index
+        self.predecessor = predecessor
+        self.successor = successor
+        self._router = router
+        self._primary_name = primary_name
+        self._predecessor_eval = predecessor_eval
+        self.train(predecessor.training)
+
+    @staticmethod
+    def primary_name_of(module: nn.Module) -> str | None:
+        """Name of the first parameter of ``module.forward``, for calls that pass it by keyword."""
+        try:
+            parameters = list(inspect.signature(module.forward).parameters.values())
+        except (TypeError, ValueError):
+            return None
+        if parameters and parameters[0].kind in (parameters[0].POSITIONAL_OR_KEYWORD, parameters[0].KEYWORD_ONLY):
+            return parameters[0].name
+        return None
+
+    def train(self, mode: bool = True) -> ReplacementSite:
+        super().train(mode)
+        if self._predecessor_eval:
+            self.predecessor.train(False)
+        return self
+
+    # The route is decided here, in Python, outside any compiled graph: torch.compile
+    # breaks the graph at the site and compiles each branch on its own, so a draw is
+    # never baked into a graph (pytorch/pytorch#95425) and a new route never recompiles.
+    @torch.compiler.disable(recursive=False)
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if args:
+            primary, args = args[0], args[1:]
+        elif self._primary_name is not None and self._primary_name in kwargs:
+            primary = kwargs.pop(self._primary_name)
+        else:
+            raise TypeError(
+                f"the Theseus site at {self.path!r} was called without its primary input "
+                f"({self._primary_name or 'first positional argument'})"
+            )
+        use_successor = self._router.choose(self.index, self.training)
+        branch = self.successor if use_successor else self.predecessor
+        return branch(primary, *args, **kwargs)
+
+    def extra_repr(self) -> str:
+        return f"path={self.path!r}"

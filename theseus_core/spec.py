@@ -1,0 +1,215 @@
+"""What to replace: `ModuleSpec`, `Plan`, and the resolution of group paths.
+
+A *group* is a module path inside a model: one module (``"layer3"``,
+``"encoder.layer[4]"``) or a contiguous slice of an ``nn.ModuleList`` /
+``nn.Sequential`` (``"bert.encoder.layer[0:2]"``). Resolution turns a path into
+the container that holds the group and the keys of the group's modules in it;
+it never mutates anything.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, overload
+
+from torch import nn
+
+SuccessorFactory = Callable[[list[nn.Module]], nn.Module]
+"""Builds a successor from the list of predecessor modules of a group."""
+
+Projection = nn.Module | Literal["linear"] | None
+"""A projection between widths: a module, ``"linear"`` to have one created, or ``None``."""
+
+_COMPONENT = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*|\d+)(?P<index>(\[-?\d+\])*)(?P<slice>\[-?\d*:-?\d*\])?$")
+
+
+@dataclass(frozen=True)
+class ModuleSpec:
+    """One predecessor group and the successor that replaces it.
+
+    Args:
+        path: Where the group lives. One module (``"layer3"``, ``"blocks[2]"``) or
+            a contiguous slice of an ``nn.ModuleList`` / ``nn.Sequential``
+            (``"encoder.layer[0:2]"``, stop exclusive). Never the root (``""``).
+        successor: A factory called with the list of the group's predecessor
+            modules that returns the successor module (e.g.
+            ``lambda group: copy.deepcopy(group[0])``; see `copy_module`).
+            ``None`` (default) asks the successor registry, keyed by the type of
+            the group's first module.
+        in_proj: Applied to the group's input before the successor, when the
+            successor is narrower (or wider) than the predecessor. A module, or
+            ``"linear"`` to create a learned ``nn.Linear`` (a 1×1 convolution
+            when the successor starts with a convolution) from the predecessor's
+            input width to the successor's. (default: ``None``)
+        out_proj: The same at the group's output, from the successor's output
+            width back to the predecessor's. (default: ``None``)
+
+    The spec is inert: nothing is resolved or built until `replace_`.
+    """
+
+    path: str
+    successor: SuccessorFactory | None = None
+    in_proj: Projection = None
+    out_proj: Projection = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.path, str):
+            raise TypeError(f"ModuleSpec.path must be a string such as 'blocks[0:2]', got {type(self.path).__name__}")
+        parse_path(self.path)  # raises with a readable message
+        if self.successor is not None and not callable(self.successor):
+            raise TypeError(
+                f"ModuleSpec({self.path!r}).successor must be a callable taking the list of predecessor "
+                f"modules, got {type(self.successor).__name__}; pass a factory such as "
+                f"theseus_core.copy_module(0), or None to use the registry"
+            )
+        for name in ("in_proj", "out_proj"):
+            value = getattr(self, name)
+            if value is not None and value != "linear" and not isinstance(value, nn.Module):
+                raise TypeError(
+                    f"ModuleSpec({self.path!r}).{name} must be an nn.Module, 'linear' or None, got {value!r}"
+                )
+
+
+@dataclass(frozen=True)
+class Plan(Sequence[ModuleSpec]):
+    """An ordered collection of `ModuleSpec` with an optional finalize hook.
+
+    Adapters return plans: the hook fixes what their model family needs after
+    `Theseus.finalize` (a config's layer count, ``num_layers`` attributes). A
+    plain list of specs is accepted wherever a plan is.
+
+    Args:
+        specs: The groups to replace; they must not overlap.
+        on_finalize: Called with the model after every site became its
+            successor, before `Theseus.finalize` returns. (default: ``None``)
+    """
+
+    specs: tuple[ModuleSpec, ...]
+    on_finalize: Callable[[nn.Module], None] | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "specs", tuple(self.specs))
+        for spec in self.specs:
+            if not isinstance(spec, ModuleSpec):
+                raise TypeError(f"a Plan holds ModuleSpec objects, got {type(spec).__name__}")
+
+    @overload
+    def __getitem__(self, index: int) -> ModuleSpec: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[ModuleSpec]: ...
+    def __getitem__(self, index):
+        return self.specs[index]
+
+    def __len__(self) -> int:
+        return len(self.specs)
+
+    def __iter__(self) -> Iterator[ModuleSpec]:
+        return iter(self.specs)
+
+
+@dataclass(frozen=True)
+class ParsedPath:
+    """A group path split into attribute steps and an optional final slice."""
+
+    steps: tuple[str | int, ...]  # attribute names, or integer positions in a container
+    slice: tuple[int | None, int | None] | None
+
+
+def parse_path(path: str) -> ParsedPath:
+    """Parses ``"a.b[1].c[0:2]"``; raises `ValueError` naming the path when malformed."""
+    if path == "":
+        raise ValueError("a group path cannot be the root (''); name a submodule such as 'blocks[0:2]'")
+    steps: list[str | int] = []
+    final_slice = None
+    components = path.split(".")
+    for position, component in enumerate(components):
+        match = _COMPONENT.match(component)
+        if match is None:
+            raise ValueError(
+                f"cannot parse group path {path!r} at {component!r}; use dotted attribute names with "
+                f"optional [i] indices and an optional final [start:stop] slice, e.g. 'encoder.layer[0:2]'"
+            )
+        steps.append(match["name"])
+        steps.extend(int(index) for index in re.findall(r"\[(-?\d+)\]", match["index"]))
+        if match["slice"]:
+            if position != len(components) - 1:
+                raise ValueError(f"in group path {path!r} a [start:stop] slice may only end the path")
+            start, stop = match["slice"][1:-1].split(":")
+            final_slice = (int(start) if start else None, int(stop) if stop else None)
+    return ParsedPath(tuple(steps), final_slice)
+
+
+@dataclass(frozen=True)
+class ResolvedGroup:
+    """A group located in a model: its container, and its modules' keys there."""
+
+    path: str
+    container: nn.Module
+    container_name: str  # qualified name of the container ('' for the root)
+    keys: tuple[str, ...]  # consecutive child names of the group's modules in the container
+    modules: tuple[nn.Module, ...]
+
+    @property
+    def qualified_names(self) -> tuple[str, ...]:
+        prefix = f"{self.container_name}." if self.container_name else ""
+        return tuple(prefix + key for key in self.keys)
+
+
+def _child(module: nn.Module, step: str | int, walked: str, path: str) -> tuple[str, nn.Module]:
+    """Returns (key, child) for one step; integer steps index a container by position."""
+    if isinstance(step, int):
+        if not isinstance(module, (nn.ModuleList, nn.Sequential)):
+            raise ValueError(
+                f"group path {path!r}: {walked or 'the model'} is a {type(module).__name__}, not an "
+                f"nn.ModuleList or nn.Sequential, so it cannot be indexed with [{step}]"
+            )
+        keys = list(module._modules)
+        if not -len(keys) <= step < len(keys):
+            raise ValueError(f"group path {path!r}: index {step} is out of range for {walked} ({len(keys)} modules)")
+        key = keys[step]
+    else:
+        key = step
+    child = module._modules.get(key)
+    if child is None:
+        available = ", ".join(name for name, value in module._modules.items() if value is not None)
+        raise ValueError(
+            f"group path {path!r}: {walked or 'the model'} ({type(module).__name__}) has no submodule "
+            f"{key!r}; its submodules are: {available or 'none'}"
+        )
+    return key, child
+
+
+def resolve(model: nn.Module, path: str) -> ResolvedGroup:
+    """Locates the group named by ``path`` in ``model`` without changing anything."""
+    parsed = parse_path(path)
+    container: nn.Module = model
+    container_name = ""
+    *walk, last = parsed.steps
+    for step in walk:
+        key, container = _child(container, step, container_name, path)
+        container_name = f"{container_name}.{key}" if container_name else key
+    if parsed.slice is None:
+        key, module = _child(container, last, container_name, path)
+        return ResolvedGroup(path, container, container_name, (key,), (module,))
+
+    # A slice: `last` names the ModuleList / Sequential whose children form the group.
+    key, sliced = _child(container, last, container_name, path)
+    container_name = f"{container_name}.{key}" if container_name else key
+    if not isinstance(sliced, (nn.ModuleList, nn.Sequential)):
+        raise ValueError(
+            f"group path {path!r}: {container_name} is a {type(sliced).__name__}; only an nn.ModuleList "
+            f"or nn.Sequential can be sliced. Name a single module instead, e.g. {container_name!r}"
+        )
+    keys = list(sliced._modules)
+    start, stop = parsed.slice
+    start = 0 if start is None else start + len(keys) if start < 0 else start
+    stop = len(keys) if stop is None else stop + len(keys) if stop < 0 else stop
+    if not 0 <= start < stop <= len(keys):
+        raise ValueError(
+            f"group path {path!r}: slice [{start}:{stop}] is out of range or empty for {container_name}, "
+            f"which holds {len(keys)} modules; use 0 <= start < stop <= {len(keys)}"
+        )
+    group_keys = tuple(keys[start:stop])
+    return ResolvedGroup(path, sliced, container_name, group_keys, tuple(sliced._modules[k] for k in group_keys))

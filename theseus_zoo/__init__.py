@@ -1,0 +1,1 @@
+"""Ready recipes and the results they reached."""
