@@ -25,6 +25,7 @@ from .site import (
     Router,
     boundary_width,
     make_projection,
+    primary_parameter_name,
 )
 from .spec import ModuleSpec, Plan, ResolvedGroup, resolve
 
@@ -158,7 +159,6 @@ class Theseus:
                     chain,
                     item.successor,
                     self._router,
-                    ReplacementSite.primary_name_of(item.group.modules[0]),
                     predecessor_eval,
                 )
             )
@@ -392,7 +392,7 @@ def _build_successor(
         )
     in_proj = _projection(spec, "in_proj", group.modules[0], successor)
     out_proj = _projection(spec, "out_proj", group.modules[-1], successor)
-    branch = Projected(successor, in_proj, out_proj)
+    branch = Projected(successor, in_proj, out_proj, primary_parameter_name(group.modules[0]))
     reference = next((t for m in group.modules for t in (*m.parameters(), *m.buffers()) if t.is_floating_point()), None)
     if reference is not None:
         branch.to(device=reference.device, dtype=reference.dtype)
@@ -489,16 +489,11 @@ def _check_example_outputs(
         if "args" not in seen or "output" not in seen:
             raise ValueError(f"group {path!r} did not run when the model ran on example_inputs; check the path")
         args, kwargs = seen["args"]
-        kwargs = dict(kwargs)
-        if args:
-            primary, args = args[0], args[1:]
-        else:
-            primary = kwargs.pop(ReplacementSite.primary_name_of(item.group.modules[0]))
         branch_mode = item.successor.training
         item.successor.eval()
         try:
             with torch.no_grad():
-                output = item.successor(primary, *args, **kwargs)
+                output = item.successor(*args, **kwargs)
         except Exception as error:
             error.add_note(
                 f"(the successor for group {path!r} failed on the group's input from example_inputs; "

@@ -53,6 +53,29 @@ def with_primary_output(output: Any, value: torch.Tensor) -> Any:
     raise TypeError(f"cannot project an output of type {type(output).__name__}")
 
 
+def primary_parameter_name(module: nn.Module) -> str | None:
+    """Name of the first parameter of ``module.forward``, for callers that pass it by keyword."""
+    try:
+        parameters = list(inspect.signature(module.forward).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    if parameters and parameters[0].kind in (parameters[0].POSITIONAL_OR_KEYWORD, parameters[0].KEYWORD_ONLY):
+        return parameters[0].name
+    return None
+
+
+def split_primary(
+    args: tuple[Any, ...], kwargs: dict[str, Any], primary_name: str | None, where: str
+) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    """(primary input, other positional args, other keyword args) of a call made as to the group."""
+    if args:
+        return args[0], args[1:], kwargs
+    if primary_name is not None and primary_name in kwargs:
+        kwargs = dict(kwargs)
+        return kwargs.pop(primary_name), (), kwargs
+    raise TypeError(f"{where} was called without its primary input ({primary_name or 'first positional argument'})")
+
+
 class PredecessorChain(nn.Module):
     """Runs a group's modules in order, threading the primary input through them."""
 
@@ -73,20 +96,30 @@ class Projected(nn.Module):
     """A successor with optional projections on its primary input and output.
 
     After `Theseus.finalize`, a site whose successor needs projections becomes
-    this module (one without projections becomes the bare successor).
+    this module (one without projections becomes the bare successor). It is
+    called as the group was: ``primary_name`` is the name under which callers
+    may pass the primary input by keyword.
     """
 
-    def __init__(self, inner: nn.Module, in_proj: nn.Module | None = None, out_proj: nn.Module | None = None) -> None:
+    def __init__(
+        self,
+        inner: nn.Module,
+        in_proj: nn.Module | None = None,
+        out_proj: nn.Module | None = None,
+        primary_name: str | None = None,
+    ) -> None:
         super().__init__()
         self.in_proj = in_proj
         self.inner = inner
         self.out_proj = out_proj
+        self.primary_name = primary_name
 
     @property
     def has_projections(self) -> bool:
         return self.in_proj is not None or self.out_proj is not None
 
-    def forward(self, primary: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        primary, args, kwargs = split_primary(args, kwargs, self.primary_name, type(self).__name__)
         if self.in_proj is not None:
             primary = self.in_proj(primary)
         output = self.inner(primary, *args, **kwargs)
@@ -184,7 +217,6 @@ class ReplacementSite(nn.Module):
         predecessor: PredecessorChain,
         successor: Projected,
         router: Router,
-        primary_name: str | None,
         predecessor_eval: bool,
     ) -> None:
         super().__init__()
@@ -193,20 +225,8 @@ class ReplacementSite(nn.Module):
         self.predecessor = predecessor
         self.successor = successor
         self._router = router
-        self._primary_name = primary_name
         self._predecessor_eval = predecessor_eval
         self.train(predecessor.training)
-
-    @staticmethod
-    def primary_name_of(module: nn.Module) -> str | None:
-        """Name of the first parameter of ``module.forward``, for calls that pass it by keyword."""
-        try:
-            parameters = list(inspect.signature(module.forward).parameters.values())
-        except (TypeError, ValueError):
-            return None
-        if parameters and parameters[0].kind in (parameters[0].POSITIONAL_OR_KEYWORD, parameters[0].KEYWORD_ONLY):
-            return parameters[0].name
-        return None
 
     def train(self, mode: bool = True) -> ReplacementSite:
         super().train(mode)
@@ -219,15 +239,7 @@ class ReplacementSite(nn.Module):
     # never baked into a graph (pytorch/pytorch#95425) and a new route never recompiles.
     @torch.compiler.disable(recursive=False)
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        if args:
-            primary, args = args[0], args[1:]
-        elif self._primary_name is not None and self._primary_name in kwargs:
-            primary = kwargs.pop(self._primary_name)
-        else:
-            raise TypeError(
-                f"the Theseus site at {self.path!r} was called without its primary input "
-                f"({self._primary_name or 'first positional argument'})"
-            )
+        primary, args, kwargs = split_primary(args, kwargs, self.successor.primary_name, f"the site at {self.path!r}")
         use_successor = self._router.choose(self.index, self.training)
         branch = self.successor if use_successor else self.predecessor
         return branch(primary, *args, **kwargs)

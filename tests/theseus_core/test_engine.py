@@ -1,0 +1,443 @@
+"""Properties of replace_ and the Theseus handle, over random toy models and groupings."""
+
+import copy
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from torch import nn
+
+import theseus_core as th
+from theseus_core.testing import (
+    ToyBlock,
+    ToyConvBlock,
+    ToyConvNet,
+    ToyStack,
+    assert_replacement_equivalence,
+    replacement_cases,
+)
+
+
+def run(model, inputs, *, training, seed=0):
+    model.train(training)
+    torch.manual_seed(seed)
+    return model(*inputs)
+
+
+def state(model):
+    return {name: tensor.clone() for name, tensor in model.state_dict().items()}
+
+
+def assert_same_state(actual, expected):
+    assert list(actual) == list(expected)
+    for name, tensor in expected.items():
+        assert torch.equal(actual[name], tensor), name
+
+
+# ------------------------------------------------------------- equivalences
+
+
+@given(replacement_cases())
+def test_rate_zero_reproduces_the_original_in_training_mode(case):
+    expected = run(case.model, case.example_inputs, training=True)
+    theseus = th.replace_(case.model, case.specs, seed=3)
+    theseus.rate = 0.0
+    assert torch.equal(run(case.model, case.example_inputs, training=True), expected)
+
+
+@given(replacement_cases(), st.sampled_from([True, False]))
+def test_rate_one_and_eval_equal_the_finalized_model(case, training):
+    theseus = th.replace_(case.model, case.specs)
+    theseus.rate = 1.0
+    expected = run(case.model, case.example_inputs, training=training)
+    compact = theseus.finalize()
+    assert not any(isinstance(m, th.ReplacementSite) for m in compact.modules())
+    torch.testing.assert_close(run(compact, case.example_inputs, training=training), expected, rtol=0, atol=0)
+
+
+@given(replacement_cases())
+def test_eval_mode_runs_successors_whatever_the_rate(case):
+    theseus = th.replace_(case.model, case.specs)
+    theseus.rate = 0.0  # eval ignores the rate
+    evaluated = run(case.model, case.example_inputs, training=False)
+    theseus.rate = 1.0
+    assert torch.equal(run(case.model, case.example_inputs, training=False), evaluated)
+    assert all(route is None for route in theseus.last_routes.values())  # no draw in eval
+
+
+@given(replacement_cases())
+def test_eval_route_predecessor_reproduces_the_original_in_eval(case):
+    expected = run(case.model, case.example_inputs, training=False)
+    th.replace_(case.model, case.specs, eval_route="predecessor")
+    assert torch.equal(run(case.model, case.example_inputs, training=False), expected)
+
+
+@given(replacement_cases(max_blocks=4))
+def test_assert_replacement_equivalence_accepts_every_random_case(case):
+    assert_replacement_equivalence(case.model, case.specs, case.example_inputs)
+
+
+# ------------------------------------------------------------- gradients
+
+
+@given(replacement_cases(), st.floats(0, 1))
+def test_only_successor_parameters_get_gradients(case, rate):
+    theseus = th.replace_(case.model, case.specs, seed=1)
+    successors = {id(p) for p in theseus.successor_parameters()}
+    theseus.rate = rate
+    loss = run(case.model, case.example_inputs, training=True).square().mean()
+    if loss.requires_grad:  # every group may have taken its frozen predecessor
+        loss.backward()
+    else:
+        assert all(route is False for route in theseus.last_routes.values())
+    for name, param in case.model.named_parameters():
+        assert (param.grad is None) or id(param) in successors, name
+        assert param.requires_grad == (id(param) in successors), name
+
+
+@given(replacement_cases(), st.booleans())
+def test_optimizer_steps_leave_predecessors_unchanged(case, train_others):
+    theseus = th.replace_(case.model, case.specs, seed=2, train_others=train_others)
+    predecessors = {name: p.clone() for name, p in case.model.named_parameters() if ".predecessor." in name}
+    others = {name: p.clone() for name, p in case.model.named_parameters() if ".successor." not in name}
+    optimizer = torch.optim.AdamW(theseus.trainable_parameters(), lr=0.1, weight_decay=0.1)
+    schedule = th.LinearSchedule(base=0.3, k=0.2)
+    for step in range(5):
+        theseus.rate = schedule(step)
+        loss = run(case.model, case.example_inputs, training=True, seed=step).square().mean()
+        if loss.requires_grad:
+            loss.backward()
+            optimizer.step()
+        optimizer.zero_grad()
+    current = dict(case.model.named_parameters())
+    for name, before in predecessors.items():
+        assert torch.equal(current[name], before), name
+    if not train_others:
+        for name, before in others.items():
+            assert torch.equal(current[name], before), name
+
+
+def test_train_others_makes_the_head_trainable():
+    model = ToyStack()
+    theseus = th.replace_(model, [th.ModuleSpec("blocks[0:2]", th.copy_module(0))], train_others=True)
+    trainable = {id(p) for p in theseus.trainable_parameters()}
+    assert id(model.head.weight) in trainable and id(model.embed.weight) in trainable
+    assert not any(p.requires_grad for p in theseus.sites[0].predecessor.parameters())
+    theseus.finalize()
+    assert model.head.weight.requires_grad and model.blocks[0].fc1.weight.requires_grad
+
+
+# ------------------------------------------------------------ finalize / restore
+
+
+@given(replacement_cases())
+def test_finalize_leaves_no_predecessor_parameter(case):
+    predecessor_ids = set()
+    theseus = th.replace_(case.model, case.specs)
+    for site in theseus.sites:
+        predecessor_ids |= {id(p) for p in site.predecessor.parameters()}
+    expected = sum(p.numel() for n, p in case.model.named_parameters() if ".predecessor." not in n)
+    compact = theseus.finalize()
+    assert sum(p.numel() for p in compact.parameters()) == expected
+    assert not predecessor_ids & {id(p) for p in compact.parameters()}
+    assert all(p.requires_grad for p in compact.parameters())  # an ordinary model again
+
+
+@given(replacement_cases())
+def test_restore_round_trips_the_state_dict_and_the_modules(case):
+    before = state(case.model)
+    modules_before = [(name, id(m)) for name, m in case.model.named_modules()]
+    flags = [p.requires_grad for p in case.model.parameters()]
+    theseus = th.replace_(case.model, case.specs, seed=5)
+    theseus.rate = 0.5
+    run(case.model, case.example_inputs, training=True)
+    restored = theseus.restore()
+    assert restored is case.model
+    assert_same_state(state(case.model), before)
+    assert [(name, id(m)) for name, m in case.model.named_modules()] == modules_before
+    assert [p.requires_grad for p in case.model.parameters()] == flags
+
+
+def test_finished_handles_refuse_further_work():
+    model = ToyStack()
+    theseus = th.replace_(model, [th.ModuleSpec("blocks[0:2]", th.copy_module(0))])
+    theseus.finalize()
+    with pytest.raises(RuntimeError, match="already finalized"):
+        theseus.restore()
+    with pytest.raises(RuntimeError, match="already finalized"):
+        list(theseus.successor_parameters())
+
+
+def test_replace_after_finalize_compresses_again():
+    model = ToyStack(num_blocks=4)
+    th.replace_(model, th.plan(model, "blocks", group_sizes=[2, 2], successor=th.copy_module(0))).finalize()
+    assert len(model.blocks) == 2
+    th.replace_(model, [th.ModuleSpec("blocks[0:2]", th.copy_module(0))]).finalize()
+    assert len(model.blocks) == 1
+
+
+def test_on_finalize_hook_runs_on_the_compact_model():
+    model = ToyStack(num_blocks=4)
+    seen = []
+    plan = th.Plan(th.plan(model, "blocks", num_groups=3, successor=th.copy_module(0)).specs, seen.append)
+    th.replace_(model, plan).finalize()
+    assert seen == [model] and len(model.blocks) == 3
+
+
+# ---------------------------------------------------------------- routing
+
+
+def routes(model, theseus, inputs, steps, start=0):
+    taken = []
+    for step in range(start, start + steps):
+        theseus.rate = 0.5
+        run(model, inputs, training=True, seed=step)
+        taken.append(tuple(theseus.last_routes.values()))
+    return taken
+
+
+@given(replacement_cases(), st.integers(0, 2**31))
+def test_same_seed_takes_the_same_routes(case, seed):
+    twin = copy.deepcopy(case.model)
+    first = routes(case.model, th.replace_(case.model, case.specs, seed=seed), case.example_inputs, 12)
+    second = routes(twin, th.replace_(twin, case.specs, seed=seed), case.example_inputs, 12)
+    assert first == second
+
+
+@given(replacement_cases(), st.integers(1, 10))
+def test_resuming_from_the_state_dict_takes_the_same_routes(case, interrupt_at):
+    twin = copy.deepcopy(case.model)
+    uninterrupted = routes(case.model, th.replace_(case.model, case.specs, seed=7), case.example_inputs, 12)
+
+    theseus = th.replace_(twin, case.specs, seed=7)
+    before = routes(twin, theseus, case.example_inputs, interrupt_at)
+    saved = copy.deepcopy(theseus.state_dict())
+    routes(twin, theseus, case.example_inputs, 3)  # work lost in the crash
+    theseus.restore()
+    resumed = th.replace_(twin, case.specs, seed=123)  # the seed comes back from the state
+    resumed.load_state_dict(saved)
+    after = routes(twin, resumed, case.example_inputs, 12 - interrupt_at, start=interrupt_at)
+    assert before + after == uninterrupted
+
+
+@pytest.mark.parametrize("rate", [0.0, 0.1, 0.5, 0.9, 1.0])
+def test_replacement_frequency_matches_the_rate(rate):
+    model = ToyStack(num_blocks=6, container="list")
+    theseus = th.replace_(model, th.plan(model, "blocks", num_groups=3, successor=th.copy_module(0)), seed=11)
+    theseus.rate = rate
+    draws = 400
+    (x,) = model.example_inputs()
+    with torch.no_grad():
+        for _ in range(draws):
+            model(x)
+    for calls, successor_calls in theseus.route_counts.values():
+        assert calls == draws
+        # 4.5 standard deviations of a binomial: a false alarm about once in 150,000 runs
+        tolerance = 4.5 * math.sqrt(draws * rate * (1 - rate))
+        assert abs(successor_calls - rate * draws) <= tolerance
+
+
+def test_routes_do_not_touch_the_global_rng():
+    model = ToyStack(dropout=0.0)  # dropout would draw from the global RNG itself
+    theseus = th.replace_(model, [th.ModuleSpec("blocks[0:2]", th.copy_module(0))])
+    theseus.rate = 0.5
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    model.train()
+    with torch.no_grad():
+        for _ in range(5):
+            model.blocks[0](torch.zeros(2, 16))
+    assert torch.equal(torch.rand(3), expected)
+
+
+# ----------------------------------------------------------- rate validation
+
+
+@pytest.mark.parametrize("bad", [-0.01, 1.01, float("nan"), float("inf"), "0.5", None, True])
+def test_invalid_rates_raise_and_keep_the_rate(bad):
+    theseus = th.replace_(ToyStack(), [th.ModuleSpec("blocks[0:2]", th.copy_module(0))])
+    theseus.rate = 0.25
+    with pytest.raises(ValueError, match="rate"):
+        theseus.rate = bad
+    assert theseus.rate == 0.25
+
+
+def test_rate_accepts_a_scalar_tensor():
+    theseus = th.replace_(ToyStack(), [th.ModuleSpec("blocks[0:2]", th.copy_module(0))])
+    theseus.rate = torch.tensor(0.75)
+    assert theseus.rate == 0.75
+
+
+# ------------------------------------------------- invalid input, model untouched
+
+
+def bad_specs(model):
+    """Each entry: (specs or kwargs that must fail, the message they must contain)."""
+    narrow = lambda group: ToyBlock(4)  # noqa: E731 - a narrower block without projections
+    return [
+        ([th.ModuleSpec("blokcs[0:2]", th.copy_module(0))], "no submodule 'blokcs'"),
+        ([th.ModuleSpec("blocks[0:9]", th.copy_module(0))], "out of range"),
+        ([th.ModuleSpec("blocks[2:2]", th.copy_module(0))], "out of range or empty"),
+        ([th.ModuleSpec("blocks[7]", th.copy_module(0))], "out of range"),
+        ([th.ModuleSpec("head[0:1]", th.copy_module(0))], "only an nn.ModuleList or nn.Sequential"),
+        ([th.ModuleSpec("blocks[0:2]", th.copy_module(0)), th.ModuleSpec("blocks[1:3]", th.copy_module(0))], "overlap"),
+        ([th.ModuleSpec("blocks", th.copy_module(0)), th.ModuleSpec("blocks[3]", th.copy_module(0))], "overlap"),
+        ([th.ModuleSpec("blocks[0:2]", lambda group: group[0])], "contains a module of the model"),
+        ([th.ModuleSpec("blocks[0:2]", lambda group: 3)], "not an nn.Module"),
+        ([th.ModuleSpec("blocks[0:2]")], "no successor registered"),
+        ([th.ModuleSpec("blocks[0:2]", lambda group: nn.Linear(16, 4))], r"returns .*16.* add out_proj='linear'"),
+        ([th.ModuleSpec("blocks[0:2]", narrow)], "failed on the group's input"),
+        ([th.ModuleSpec("blocks[0:2]", narrow, in_proj="linear")], "add out_proj='linear'"),
+        ([th.ModuleSpec("blocks[0:2]", lambda g: nn.ReLU(), in_proj="linear")], "cannot infer the successor"),
+        ([], "non-empty"),
+    ]
+
+
+@pytest.mark.parametrize("index", range(15))
+def test_invalid_specs_raise_before_any_mutation(index):
+    model = ToyStack(num_blocks=4)
+    specs, message = bad_specs(model)[index]
+    before = state(model)
+    structure = repr(model)
+    flags = [p.requires_grad for p in model.parameters()]
+    with pytest.raises((ValueError, TypeError, LookupError, RuntimeError), match=message):
+        th.replace_(model, specs, example_inputs=model.example_inputs(), registry=th.SuccessorRegistry())
+    assert repr(model) == structure
+    assert_same_state(state(model), before)
+    assert [p.requires_grad for p in model.parameters()] == flags
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"seed": 1.5}, "seed"), ({"eval_route": "teacher"}, "eval_route"), ({"compile": "yes"}, "compile")],
+)
+def test_invalid_options_raise_before_any_mutation(kwargs, message):
+    model = ToyStack()
+    structure = repr(model)
+    with pytest.raises((TypeError, ValueError), match=message):
+        th.replace_(model, [th.ModuleSpec("blocks[0:2]", th.copy_module(0))], **kwargs)
+    assert repr(model) == structure
+
+
+def test_replacing_twice_raises():
+    model = ToyStack()
+    th.replace_(model, [th.ModuleSpec("blocks[0:2]", th.copy_module(0))])
+    with pytest.raises(ValueError, match="already a Theseus site"):
+        th.replace_(model, [th.ModuleSpec("blocks[2:4]", th.copy_module(0))])
+
+
+# --------------------------------------------------------------- details
+
+
+def test_uneven_groups_collapse_and_renumber_the_container():
+    model = ToyStack(num_blocks=12, container="list")
+    theseus = th.replace_(model, th.plan(model, "blocks", group_sizes=[3, 3, 2, 2, 1, 1], successor=th.copy_module(0)))
+    assert [len(site.predecessor.layers) for site in model.blocks] == [3, 3, 2, 2, 1, 1]
+    assert list(model.blocks._modules) == [str(i) for i in range(6)]
+    theseus.finalize()
+    fresh = ToyStack(num_blocks=6, container="list")
+    fresh.load_state_dict(model.state_dict(), strict=True)
+
+
+def test_single_module_groups_keep_their_attribute_name():
+    model = ToyStack()
+    theseus = th.replace_(model, [th.ModuleSpec("head", lambda group: nn.Linear(16, 3))])
+    assert isinstance(model.head, th.ReplacementSite)
+    theseus.finalize()
+    assert isinstance(model.head, nn.Linear)
+
+
+def test_conv_successors_get_one_by_one_conv_projections():
+    model = ToyConvNet(channels=8)
+    theseus = th.replace_(
+        model,
+        [th.ModuleSpec("blocks[0:3]", lambda group: ToyConvBlock(4), in_proj="linear", out_proj="linear")],
+        example_inputs=model.example_inputs(),
+    )
+    projections = theseus.sites[0].successor
+    assert isinstance(projections.in_proj, nn.Conv2d) and projections.in_proj.kernel_size == (1, 1)
+    assert (projections.in_proj.in_channels, projections.out_proj.out_channels) == (8, 8)
+    assert_replacement_equivalence(
+        ToyConvNet(channels=8),
+        [th.ModuleSpec("blocks[1:3]", lambda group: ToyConvBlock(4), in_proj="linear", out_proj="linear")],
+        ToyConvNet().example_inputs(),
+    )
+
+
+def test_predecessor_eval_keeps_batch_norm_statistics_frozen():
+    model = ToyConvNet()
+    bn = model.blocks[0].bn
+    stats = (bn.running_mean.clone(), bn.num_batches_tracked.clone())
+    theseus = th.replace_(model, [th.ModuleSpec("blocks[0:2]", th.copy_module(0))], predecessor_eval=True)
+    theseus.rate = 0.0
+    model.train()
+    assert not bn.training and model.blocks[0].successor.training
+    model(*model.example_inputs())
+    assert torch.equal(bn.running_mean, stats[0]) and torch.equal(bn.num_batches_tracked, stats[1])
+    theseus.rate = 1.0
+    model(*model.example_inputs())
+    assert model.blocks[0].successor.inner.bn.num_batches_tracked.item() == 1
+
+
+def test_without_predecessor_eval_batch_norm_statistics_follow_training_mode():
+    model = ToyConvNet()
+    bn = model.blocks[0].bn
+    th.replace_(model, [th.ModuleSpec("blocks[0:2]", th.copy_module(0))])
+    model.train()
+    model(*model.example_inputs())
+    assert bn.training and bn.num_batches_tracked.item() == 1
+
+
+NARROW_SPEC = th.ModuleSpec("blocks[0:2]", lambda group: ToyBlock(4), in_proj="linear", out_proj="linear")
+
+
+def test_successor_takes_the_predecessor_dtype():
+    model = ToyStack().double()
+    theseus = th.replace_(
+        model, [th.ModuleSpec("blocks[0:2]", lambda g: ToyBlock(4), in_proj="linear", out_proj="linear")]
+    )
+    assert all(p.dtype == torch.float64 for p in theseus.successor_parameters())
+
+
+def test_keyword_primary_input_is_passed_through():
+    class KeywordStack(ToyStack):
+        def forward(self, x):
+            hidden = self.embed(x)
+            for block in self.blocks:
+                hidden = block(x=hidden, scale=self.scale)[0]
+            return self.head(hidden)
+
+    model = KeywordStack(container="list")
+    assert_replacement_equivalence(
+        model,
+        [th.ModuleSpec("blocks[0:3]", lambda g: ToyBlock(4, tuple_output=True), in_proj="linear", out_proj="linear")],
+        model.example_inputs(),
+    )
+
+
+def test_repr_lists_groups_successors_and_rate():
+    model = ToyStack()
+    theseus = th.replace_(
+        model, [th.ModuleSpec("blocks[0:2]", lambda g: ToyBlock(4), in_proj="linear", out_proj="linear")]
+    )
+    theseus.rate = 0.3
+    text = repr(theseus)
+    assert "rate=0.3" in text and "'blocks[0:2]': 2 × ToyBlock" in text
+    assert "in_proj Linear(16→4)" in text and "out_proj Linear(4→16)" in text
+
+
+def test_hybrid_eval_draws_routes():
+    model = ToyStack(num_blocks=2)
+    theseus = th.replace_(model, [th.ModuleSpec("blocks[0:2]", th.copy_module(0))], eval_route="hybrid")
+    theseus.rate = 0.5
+    model.eval()
+    seen = set()
+    with torch.no_grad():
+        for _ in range(30):
+            model(*model.example_inputs())
+            seen.add(theseus.last_routes["blocks[0:2]"])
+    assert seen == {True, False}
+    assert theseus.route_counts["blocks[0:2]"] == (0, 0)  # eval calls are not training draws
