@@ -143,10 +143,7 @@ class Theseus:
         self._saved_children = {}  # id(container) -> (container, its children before surgery)
         self._compiled = compile_options is not None
 
-        predecessor_params = {p for item in prepared for m in item.group.modules for p in m.parameters()}
-        for param in model.parameters():
-            if param in predecessor_params or not train_others:
-                param.requires_grad_(False)
+        _freeze(model, [m for item in prepared for m in item.group.modules], train_others)
         self._sites: list[ReplacementSite] = []
         for index, item in enumerate(prepared):
             item.successor.requires_grad_(True)
@@ -331,6 +328,16 @@ def _describe_projection(projection: nn.Module) -> str:
     if None in widths:
         return type(projection).__name__
     return f"{type(projection).__name__}({widths[0][0]}→{widths[1][0]})"
+
+
+def _freeze(model: nn.Module, predecessors: list[nn.Module], train_others: bool) -> None:
+    """Predecessors never learn (``requires_grad_(False)``, so no gradient is even computed for
+    them, unlike the reference code that only left them out of the optimizer); the rest of the
+    model learns only with ``train_others``."""
+    predecessor_params = {p for module in predecessors for p in module.parameters()}
+    for param in model.parameters():
+        if param in predecessor_params or not train_others:
+            param.requires_grad_(False)
 
 
 def _count(module: nn.Module) -> int:

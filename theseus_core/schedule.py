@@ -67,7 +67,12 @@ class LinearSchedule:
         if not isinstance(steps, Integral) or steps < 1:
             raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
         base = _check_probability(f"{cls.__name__}.base", base)
-        return cls(base=base, k=max(1.0 - base, 1e-12) / steps)
+        if base == 1.0:
+            return cls(base=base, k=1.0)
+        k = (1.0 - base) / steps
+        while k * steps + base < 1.0:  # floating-point rounding must not cost an extra step
+            k = math.nextafter(k, math.inf)
+        return cls(base=base, k=k)
 
     def _curriculum(self, step: int) -> float:
         return min(1.0, self.k * _check_step(step) + self.base)

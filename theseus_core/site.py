@@ -234,15 +234,19 @@ class ReplacementSite(nn.Module):
             self.predecessor.train(False)
         return self
 
-    # The route is decided here, in Python, outside any compiled graph: torch.compile
-    # breaks the graph at the site and compiles each branch on its own, so a draw is
-    # never baked into a graph (pytorch/pytorch#95425) and a new route never recompiles.
+    # The route is decided in plain Python that dynamo never traces: torch.compile breaks
+    # the graph at the site and compiles each branch on its own, so a draw is never baked
+    # into a graph (pytorch/pytorch#95425) and a new route never recompiles anything.
     @torch.compiler.disable(recursive=False)
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        primary, args, kwargs = split_primary(args, kwargs, self.successor.primary_name, f"the site at {self.path!r}")
-        use_successor = self._router.choose(self.index, self.training)
+        use_successor, primary, args, kwargs = self._route(args, kwargs)
         branch = self.successor if use_successor else self.predecessor
         return branch(primary, *args, **kwargs)
+
+    @torch.compiler.disable
+    def _route(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[bool, Any, tuple, dict]:
+        primary, args, kwargs = split_primary(args, kwargs, self.successor.primary_name, f"the site at {self.path!r}")
+        return self._router.choose(self.index, self.training), primary, args, kwargs
 
     def extra_repr(self) -> str:
         return f"path={self.path!r}"

@@ -310,6 +310,45 @@ def test_invalid_specs_raise_before_any_mutation(index):
     assert [p.requires_grad for p in model.parameters()] == flags
 
 
+@st.composite
+def invalid_specs(draw):
+    """A random valid case with one spec made invalid in a random way."""
+    case = draw(replacement_cases())
+    specs = list(case.specs)
+    index = draw(st.integers(0, len(specs) - 1))
+    start, stop = (int(bound) for bound in specs[index].path[len("blocks[") : -1].split(":"))
+    size = len(case.model.blocks)
+    broken = draw(
+        st.sampled_from(
+            [
+                th.ModuleSpec(f"blocks[{start}:{size + 1}]", th.copy_module(0)),  # slice past the end
+                th.ModuleSpec(f"blocks[{start}:{start}]", th.copy_module(0)),  # empty slice
+                th.ModuleSpec(f"blocks[{start}]", th.copy_module(0)),  # overlaps its own group
+                th.ModuleSpec(f"blokcs[{start}:{stop}]", th.copy_module(0)),  # no such module
+                th.ModuleSpec(f"blocks[{start}:{stop}]", lambda group: group[0]),  # shares the predecessor
+                th.ModuleSpec(f"blocks[{start}:{stop}]", lambda group: nn.Linear(1, 1)),  # wrong shapes
+            ]
+        )
+    )
+    return case, [*specs, broken] if broken.path == f"blocks[{start}]" else [
+        *specs[:index],
+        broken,
+        *specs[index + 1 :],
+    ]
+
+
+@given(invalid_specs())
+def test_random_invalid_specs_raise_before_any_mutation(broken):
+    case, specs = broken
+    before, structure = state(case.model), repr(case.model)
+    flags = [p.requires_grad for p in case.model.parameters()]
+    with pytest.raises((ValueError, TypeError, RuntimeError)):
+        th.replace_(case.model, specs, example_inputs=case.example_inputs)
+    assert repr(case.model) == structure
+    assert_same_state(state(case.model), before)
+    assert [p.requires_grad for p in case.model.parameters()] == flags
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [({"seed": 1.5}, "seed"), ({"eval_route": "teacher"}, "eval_route"), ({"compile": "yes"}, "compile")],

@@ -1,0 +1,75 @@
+"""torch.compile: routes are drawn outside every graph, so new routes never recompile."""
+
+import torch
+import torch._dynamo
+from torch._dynamo.utils import counters
+
+import theseus_core as th
+from theseus_core.testing import ToyBlock, ToyStack
+
+
+def test_changing_routes_causes_no_recompilation_after_warm_up():
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(0)
+    model = ToyStack(num_blocks=6, container="list", dropout=0.1)
+    specs = [
+        th.ModuleSpec("blocks[0:3]", th.copy_module(0)),
+        th.ModuleSpec("blocks[3:6]", lambda group: ToyBlock(8, tuple_output=True), in_proj="linear", out_proj="linear"),
+    ]
+    theseus = th.replace_(model, specs, seed=0, compile=True)
+    optimizer = torch.optim.SGD(theseus.successor_parameters(), lr=0.01)
+    (x,) = model.example_inputs(batch_size=8)
+
+    def step():
+        loss = model(x).square().mean()
+        if loss.requires_grad:
+            loss.backward()
+            optimizer.step()
+        optimizer.zero_grad()
+
+    model.train()
+    theseus.rate = 0.5
+    warm_up = set()
+    for _ in range(16):  # with this seed every combination of routes shows up
+        step()
+        warm_up.add(tuple(theseus.last_routes.values()))
+    assert len(warm_up) == 4
+    graphs_after_warm_up = counters["stats"]["unique_graphs"]
+    # Each branch compiles at most twice: its input needs grad or not (a frozen predecessor
+    # behind a trained successor passes gradients on); the rest of the model adds a few graphs.
+    assert 0 < graphs_after_warm_up <= 2 * 2 * len(theseus.sites) + 4
+
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for _ in range(30):
+            step()
+    assert counters["stats"]["unique_graphs"] == graphs_after_warm_up
+
+
+def test_compiled_routes_follow_the_draws():
+    """A draw baked into a graph (pytorch#95425) would repeat the first route forever."""
+    torch._dynamo.reset()
+    model = ToyStack(num_blocks=2, dropout=0.0)
+    eager = ToyStack(num_blocks=2, dropout=0.0)
+    eager.load_state_dict(model.state_dict())
+    spec = [th.ModuleSpec("blocks[0:2]", lambda group: ToyBlock(16, dropout=0.0))]
+    compiled = th.replace_(model, spec, seed=4, compile=True)
+    reference = th.replace_(eager, spec, seed=4)
+    reference.sites[0].successor.load_state_dict(compiled.sites[0].successor.state_dict())
+    compiled.rate = reference.rate = 0.5
+    (x,) = model.example_inputs()
+    routes = []
+    with torch.no_grad():
+        for _ in range(12):
+            torch.testing.assert_close(model.train()(x), eager.train()(x))
+            routes.append(compiled.last_routes["blocks[0:2]"])
+            assert routes[-1] == reference.last_routes["blocks[0:2]"]
+    assert set(routes) == {True, False}
+
+
+def test_restore_removes_the_compilation():
+    model = ToyStack()
+    theseus = th.replace_(model, [th.ModuleSpec("blocks[0:2]", th.copy_module(0))], compile={"backend": "eager"})
+    assert model._compiled_call_impl is not None
+    theseus.restore()
+    assert model._compiled_call_impl is None
