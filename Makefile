@@ -1,0 +1,33 @@
+# The verbs people type. `make test` and `make demo` set everything up on a fresh clone.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# torch 2.14.1 / torchvision 0.29.1 lie on this machine's disk; pip takes them from there.
+TORCH := torch==2.14.1 torchvision==0.29.1
+
+.PHONY: install test lint format demo bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet $(TORCH)
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+test: install lint
+	$(BIN)/python -m pytest
+
+demo: install
+	$(BIN)/python -m theseus_zoo.toy
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
