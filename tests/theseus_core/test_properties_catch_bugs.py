@@ -15,8 +15,7 @@ from theseus_core.site import Router
 
 from . import test_engine, test_schedule
 
-settings.register_profile(
-    "planted-bugs",
+PLANTED_BUG_SETTINGS = settings(
     parent=settings.get_profile("default"),
     max_examples=60,
     phases=[Phase.generate],  # no shrinking: only whether it fails matters
@@ -25,12 +24,12 @@ settings.register_profile(
 )
 
 
-@pytest.fixture
-def planted_bug_profile():
-    previous = settings.get_current_profile_name()
-    settings.load_profile("planted-bugs")
-    yield
-    settings.load_profile(previous)
+def with_planted_bug_settings(test, monkeypatch):
+    """@given binds its settings when the test is decorated, so a profile loaded now would not
+    reach it; swap the bound settings for the duration of this test instead."""
+    assert hasattr(test, "_hypothesis_internal_use_settings"), "hypothesis changed where @given keeps its settings"
+    monkeypatch.setattr(test, "_hypothesis_internal_use_settings", PLANTED_BUG_SETTINGS)
+    return test
 
 
 def draw_from_global_rng(self, site_index, training):
@@ -123,12 +122,12 @@ BUGS = {
 
 
 @pytest.mark.parametrize("bug", list(BUGS))
-def test_the_property_fails_when_broken(bug, monkeypatch, planted_bug_profile):
+def test_the_property_fails_when_broken(bug, monkeypatch):
     (owner, name, replacement), tests = BUGS[bug]
     monkeypatch.setattr(owner, name, replacement)
     for test in tests:
         with pytest.raises(AssertionError):
-            test()
+            with_planted_bug_settings(test, monkeypatch)()
 
 
 def test_the_frequency_check_catches_biased_draws(monkeypatch):
