@@ -1,0 +1,121 @@
+"""Measuring tools for the benchmarks: timing, training memory, recompilations, reports.
+
+Every number is measured in the run that reports it; comparisons are ratios
+between measurements of the same run (these machines are shared and noisy).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+
+def environment() -> dict[str, Any]:
+    """What the numbers came from."""
+    info = {
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "processor": platform.processor() or "unknown",
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "device": "cpu",
+    }
+    if torch.cuda.is_available():
+        info["device"] = torch.cuda.get_device_name()
+        info["cuda"] = torch.version.cuda
+    return info
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def interleaved_seconds(
+    runs: dict[str, Callable[[], Any]], *, warmup: int, repeats: int, device: torch.device
+) -> dict[str, list[float]]:
+    """Wall times of each run, taking turns (a, b, c, a, b, c, ...) so that changes in the load of a
+    shared machine hit every run alike; ratios between them are what to report."""
+    for _ in range(warmup):
+        for run in runs.values():
+            run()
+    synchronize(device)
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run()
+            synchronize(device)
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def median_ratio(numerator: list[float], denominator: list[float]) -> float:
+    """Median of the per-turn ratios of two interleaved measurements."""
+    return statistics.median(a / b for a, b in zip(numerator, denominator, strict=True))
+
+
+def nbytes(tensors: Iterable[torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def training_memory(
+    model: nn.Module, forward_loss: Callable[[], torch.Tensor], optimizer_states_per_param: int = 2
+) -> dict[str, float]:
+    """Memory a training step needs, in MiB, counted tensor by tensor (exact, noise-free, any device).
+
+    - ``weights``: every parameter and buffer of the model (both stacks while replacing);
+    - ``activations``: tensors autograd saves for the backward pass (each storage once);
+    - ``gradients`` and ``optimizer``: for the parameters that require grad (AdamW keeps
+      two states per parameter).
+    """
+    storages: dict[int, int] = {}
+    weights = {t.untyped_storage().data_ptr() for t in (*model.parameters(), *model.buffers())}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in weights:  # weights (and views of them) are counted once, as weights
+            storages[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        loss = forward_loss()
+    if loss.requires_grad:
+        loss.backward()
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    for param in model.parameters():
+        param.grad = None
+    mib = 2.0**20
+    memory = {
+        "weights": nbytes([*model.parameters(), *model.buffers()]) / mib,
+        "activations": sum(storages.values()) / mib,
+        "gradients": nbytes(trainable) / mib,
+        "optimizer": optimizer_states_per_param * nbytes(trainable) / mib,
+    }
+    memory["total"] = sum(memory.values())
+    return memory
+
+
+def write_report(results: dict[str, Any], out: Path, name: str, markdown: str) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    (out / f"{name}.md").write_text(markdown)
+
+
+def markdown_table(header: list[str], rows: list[list[Any]]) -> str:
+    def cell(value: Any) -> str:
+        return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
