@@ -29,5 +29,11 @@ test: install lint
 demo: install
 	$(BIN)/python -m theseus_zoo.toy
 
+# Speed, memory and compile benchmarks (about 30 minutes on 2 CPU cores); tables in benchmarks/results/.
+bench: install
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python -m theseus_zoo.assets fetch all-minilm-l6-v2
+	$(BIN)/python -m benchmarks.run
+
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
