@@ -372,16 +372,24 @@ def _check_arguments(model: nn.Module, specs: Any, seed: Any, eval_route: str, c
 
 
 def _check_no_overlap(groups: list[ResolvedGroup]) -> None:
+    """No module with state may belong to two groups. A stateless module shared between groups (GIN puts
+    one ReLU in every layer) is harmless: it computes the same thing whichever route runs."""
     owner: dict[int, str] = {}
     for group in groups:
         for module in group.modules:
             for inner in module.modules():
+                if inner not in group.modules and not _has_state(inner):
+                    continue
                 other = owner.setdefault(id(inner), group.path)
                 if other != group.path:
                     raise ValueError(
                         f"groups {other!r} and {group.path!r} overlap (they share a module); "
                         f"each predecessor module may belong to one group only"
                     )
+
+
+def _has_state(module: nn.Module) -> bool:
+    return any(True for _ in (*module.parameters(recurse=False), *module.buffers(recurse=False)))
 
 
 def _build_successor(

@@ -130,10 +130,10 @@ class Projected(nn.Module):
 
 def _boundary_layer(module: nn.Module, side: str) -> nn.Module | None:
     """The first (``side="in"``) or last (``"out"``) layer of ``module`` that declares a width."""
-    layers = list(module.modules())
+    layers = list(module.modules())[1:]
     if side == "out":
         layers.reverse()
-    for layer in layers:
+    for layer in [module, *layers]:  # a module that declares its own widths is trusted over its insides
         if isinstance(layer, (nn.Linear, nn.modules.conv._ConvNd)):
             return layer
         if isinstance(getattr(layer, "in_channels", None), int) and isinstance(

@@ -480,3 +480,36 @@ def test_hybrid_eval_draws_routes():
             seen.add(theseus.last_routes["blocks[0:2]"])
     assert seen == {True, False}
     assert theseus.route_counts["blocks[0:2]"] == (0, 0)  # eval calls are not training draws
+
+
+def test_a_stateless_module_shared_between_groups_is_not_an_overlap():
+    shared_act = nn.ReLU()
+    model = nn.Module()
+    model.blocks = nn.Sequential(*(nn.Sequential(nn.Linear(4, 4), shared_act) for _ in range(4)))
+    th.replace_(model, th.plan(model, "blocks", group_sizes=[2, 2], successor=th.copy_module(0)))
+    shared_linear = nn.Linear(4, 4)
+    model = nn.Module()
+    model.blocks = nn.Sequential(*(nn.Sequential(shared_linear, nn.ReLU()) for _ in range(4)))
+    with pytest.raises(ValueError, match="overlap"):
+        th.replace_(model, th.plan(model, "blocks", group_sizes=[2, 2], successor=th.copy_module(0)))
+
+
+def test_a_module_declaring_its_own_widths_is_trusted_over_its_insides():
+    class Heads(nn.Module):  # like GAT with concat=False: inner width heads × out, declared out_channels
+        def __init__(self, in_channels, out_channels, heads=3):
+            super().__init__()
+            self.in_channels, self.out_channels, self.heads = in_channels, out_channels, heads
+            self.lin = nn.Linear(in_channels, heads * out_channels)
+
+        def forward(self, x):
+            return self.lin(x).view(*x.shape[:-1], self.heads, -1).mean(-2)
+
+    model = nn.Module()
+    model.blocks = nn.Sequential(Heads(8, 8), Heads(8, 8))
+    model.forward = lambda x: model.blocks(x)
+    theseus = th.replace_(
+        model,
+        [th.ModuleSpec("blocks[0:2]", lambda group: Heads(8, 4), out_proj="linear")],
+        example_inputs=(torch.randn(2, 8),),
+    )
+    assert theseus.sites[0].successor.out_proj.in_features == 4
