@@ -26,8 +26,10 @@ format: install
 test: install lint
 	$(BIN)/python -m pytest
 
+# Until the BERT recipe lands, the demo compresses the toy model (8 blocks -> 3) with the full command.
 demo: install
-	$(BIN)/python -m theseus_zoo.toy
+	rm -rf runs/toy
+	$(BIN)/theseus compress --recipe toy --out runs/toy
 
 # Speed, memory and compile benchmarks (about 30 minutes on 2 CPU cores); tables in benchmarks/results/.
 bench: install

@@ -1,20 +1,18 @@
-"""End-to-end Theseus compression of a toy model, run by ``make demo``.
+"""The toy family: a residual MLP on a synthetic 4-class problem, runnable anywhere in seconds.
 
-A synthetic 4-class problem (labels from a fixed random teacher network), an
-8-block residual MLP as the predecessor, compressed to 3 blocks with uneven
-groups (3, 3, 2), the linear curriculum, then successor fine-tuning. The
-baseline fine-tunes the predecessor's bottom 3 blocks for the same number of
-steps. Everything is seeded; it takes well under a minute on 2 CPU cores.
+Labels come from a fixed random teacher network, so the problem is learnable
+but not trivial. The default recipe ``toy`` compresses 8 blocks to 3 (groups 3,
+3, 2) and is what ``make demo`` runs until the BERT recipe lands::
 
-    python -m theseus_zoo.toy [--seed 0] [--epochs 6]
+    theseus compress --recipe toy --out runs/toy
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
-import time
-from collections.abc import Iterator
+import json
+from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -23,133 +21,126 @@ from torch import nn
 import theseus_core as th
 from theseus_core.testing import ToyStack
 
+from .recipe import Phase, Recipe, register_recipe
+from .task import register_family
+
 NUM_FEATURES, NUM_CLASSES = 16, 4
+SPLITS = {"train": 4000, "dev": 1000, "test": 1000}
 
 
-def make_data(seed: int, train: int = 4000, test: int = 2000) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
-    """Inputs ~ N(0, I); labels = argmax of a fixed random two-layer teacher."""
-    generator = torch.Generator().manual_seed(seed)
+def make_data(seed: int) -> dict[str, list[tuple[torch.Tensor, int]]]:
+    """Inputs ~ N(0, I); label = argmax of a fixed random two-layer teacher. Same data for every seed of
+    the recipe (the data seed is fixed), so seeds vary only training."""
+    generator = torch.Generator().manual_seed(1234)
     teacher_in = torch.randn(NUM_FEATURES, 64, generator=generator)
     teacher_out = torch.randn(64, NUM_CLASSES, generator=generator)
-    inputs = torch.randn(train + test, NUM_FEATURES, generator=generator)
+    inputs = torch.randn(sum(SPLITS.values()), NUM_FEATURES, generator=generator)
     labels = (torch.tanh(inputs @ teacher_in) @ teacher_out).argmax(dim=1)
-    return (inputs[:train], labels[:train]), (inputs[train:], labels[train:])
+    data, start = {}, 0
+    for split, size in SPLITS.items():
+        data[split] = list(zip(inputs[start : start + size], labels[start : start + size].tolist(), strict=True))
+        start += size
+    return data
 
 
-def batches(data: tuple[torch.Tensor, torch.Tensor], batch_size: int, generator: torch.Generator) -> Iterator:
-    inputs, labels = data
-    order = torch.randperm(len(inputs), generator=generator)
-    for start in range(0, len(inputs), batch_size):
-        index = order[start : start + batch_size]
-        yield inputs[index], labels[index]
+class ToyTask:
+    """`Task` for `ToyStack` predecessors. Options: ``num_blocks`` (8), ``width`` (64), ``num_layers`` (3),
+    ``group_sizes`` (even split), ``dropout`` (0.1)."""
+
+    metric = "accuracy"
+
+    def __init__(self, options: dict[str, Any], seed: int) -> None:
+        self.num_blocks = options.pop("num_blocks", 8)
+        self.width = options.pop("width", 64)
+        self.num_layers = options.pop("num_layers", 3)
+        self.group_sizes = options.pop("group_sizes", None)
+        self.dropout = options.pop("dropout", 0.1)
+        if options:
+            raise ValueError(
+                f"unknown toy options {sorted(options)}; known: num_blocks, width, num_layers, group_sizes, dropout"
+            )
+        self.data = make_data(seed)
+
+    def check(self) -> None:
+        if not 1 <= self.num_layers < self.num_blocks:
+            raise ValueError(f"num_layers must be in [1, num_blocks={self.num_blocks}), got {self.num_layers}")
+        if self.group_sizes is not None and (
+            len(self.group_sizes) != self.num_layers or sum(self.group_sizes) != self.num_blocks
+        ):
+            raise ValueError(
+                f"group_sizes {self.group_sizes} must be {self.num_layers} sizes summing to {self.num_blocks}"
+            )
+
+    def config(self, num_blocks: int) -> dict[str, Any]:
+        return {
+            "in_features": NUM_FEATURES,
+            "width": self.width,
+            "num_blocks": num_blocks,
+            "num_classes": NUM_CLASSES,
+            "dropout": self.dropout,
+        }
+
+    def build_predecessor(self) -> nn.Module:
+        return ToyStack(**self.config(self.num_blocks))
+
+    def dataset(self, split: str) -> list[tuple[torch.Tensor, int]]:
+        return self.data[split]
+
+    def collate(self, examples: list[tuple[torch.Tensor, int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        inputs, labels = zip(*examples, strict=True)
+        return torch.stack(inputs), torch.tensor(labels)
+
+    def loss(self, model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        inputs, labels = batch
+        return F.cross_entropy(model(inputs), labels)
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
+        model.eval()
+        inputs, labels = self.collate(self.data[split])
+        inputs, labels = inputs.to(_device(model)), labels.to(_device(model))
+        return {"accuracy": (model(inputs).argmax(dim=1) == labels).float().mean().item()}
+
+    def plan(self, model: nn.Module) -> th.Plan:
+        if self.group_sizes is not None:
+            return th.plan(model, "blocks", group_sizes=self.group_sizes, successor=th.copy_module(0))
+        return th.plan(model, "blocks", num_groups=self.num_layers, successor=th.copy_module(0))
+
+    def truncated(self, predecessor: nn.Module) -> nn.Module:
+        model = copy.deepcopy(predecessor)
+        model.blocks = nn.Sequential(*list(model.blocks)[: self.num_layers])
+        return model
+
+    def latency_batch(self) -> torch.Tensor:
+        return self.collate(self.data["test"])[0]
+
+    def forward(self, model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
+        return model(batch)
+
+    def export(self, model: nn.Module, directory: Path) -> list[Path]:
+        """``model.pt`` (a state_dict) and ``config.json``: ``ToyStack(**config)`` loads it with strict=True."""
+        directory.mkdir(parents=True, exist_ok=True)
+        weights, config = directory / "model.pt", directory / "config.json"
+        torch.save(model.state_dict(), weights)
+        config.write_text(json.dumps(self.config(len(model.blocks)), indent=2) + "\n")
+        return [weights, config]
 
 
-@torch.no_grad()
-def accuracy(model: nn.Module, data: tuple[torch.Tensor, torch.Tensor]) -> float:
-    model.eval()
-    inputs, labels = data
-    return (model(inputs).argmax(dim=1) == labels).float().mean().item()
+def _device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
 
 
-def fit(model, parameters, data, *, epochs, lr, seed, theseus=None, schedule=None, log="") -> int:
-    """Plain AdamW loop. With a Theseus handle, the rate follows ``schedule`` per optimizer step."""
-    optimizer = torch.optim.AdamW(list(parameters), lr=lr)
-    generator = torch.Generator().manual_seed(seed)
-    step = 0
-    for epoch in range(epochs):
-        model.train()
-        skipped, losses = 0, []
-        for inputs, labels in batches(data, 64, generator):
-            if theseus is not None:
-                theseus.rate = schedule(step)
-            loss = F.cross_entropy(model(inputs), labels)
-            losses.append(loss.item())
-            if loss.requires_grad:
-                loss.backward()
-                optimizer.step()
-            else:
-                skipped += 1  # every group took its frozen predecessor: nothing to learn from this batch
-            optimizer.zero_grad()
-            step += 1  # the step counts for the schedule either way
-        rate = f", rate {theseus.rate:.2f}, {skipped} all-predecessor batches" if theseus is not None else ""
-        print(f"  {log} epoch {epoch + 1}/{epochs}: mean loss {sum(losses) / len(losses):.3f}{rate}")
-    return step
+register_family("toy")(ToyTask)
 
-
-def latency(model: nn.Module, inputs: torch.Tensor, repeats: int = 50) -> float:
-    model.eval()
-    with torch.no_grad():
-        for _ in range(5):
-            model(inputs)
-        start = time.perf_counter()
-        for _ in range(repeats):
-            model(inputs)
-    return (time.perf_counter() - start) / repeats
-
-
-def count(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
-
-
-def main(argv: list[str] | None = None) -> dict[str, float]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--epochs", type=int, default=6, help="epochs per phase (default: 6)")
-    args = parser.parse_args(argv)
-    torch.manual_seed(args.seed)
-    train, test = make_data(args.seed)
-    steps_per_epoch = -(-len(train[0]) // 64)
-
-    print("1. Training the predecessor (8 blocks)")
-    predecessor = ToyStack(in_features=NUM_FEATURES, width=64, num_blocks=8, num_classes=NUM_CLASSES, dropout=0.1)
-    fit(predecessor, predecessor.parameters(), train, epochs=args.epochs, lr=3e-3, seed=args.seed, log="predecessor")
-    predecessor_accuracy = accuracy(predecessor, test)
-
-    print("2. Theseus: 8 blocks -> 3 (groups of 3, 3, 2), curriculum then successor fine-tuning")
-    model = copy.deepcopy(predecessor)
-    plan = th.plan(model, "blocks", group_sizes=[3, 3, 2], successor=th.copy_module(0))
-    theseus = th.replace_(model, plan, seed=args.seed, example_inputs=(test[0][:4],))
-    schedule = th.LinearSchedule.reaching_one_at(steps_per_epoch * args.epochs, base=0.3)
-    print(theseus)
-    fit(
-        model,
-        theseus.successor_parameters(),
-        train,
-        epochs=2 * args.epochs,  # replacing until p = 1, then successor fine-tuning
-        lr=1e-3,
-        seed=args.seed,
-        theseus=theseus,
-        schedule=schedule,
-        log="theseus",
+TOY = register_recipe(
+    Recipe(
+        name="toy",
+        family="toy",
+        description="8-block residual MLP -> 3 blocks on a synthetic 4-class problem (seconds on a CPU)",
+        options={"num_blocks": 8, "width": 64, "num_layers": 3},
+        predecessor=Phase(steps=400, lr=3e-3, batch_size=64, eval_every=100),
+        replacing=Phase(steps=800, lr=1e-3, batch_size=64, eval_every=100),
+        steps_to_one=400,
+        patience=3,
     )
-    print(theseus)
-    compact = theseus.finalize()
-    theseus_accuracy = accuracy(compact, test)
-
-    print("3. Baseline: the bottom 3 blocks, fine-tuned for the same number of steps")
-    truncated = copy.deepcopy(predecessor)
-    truncated.blocks = nn.Sequential(*list(truncated.blocks)[:3])
-    fit(truncated, truncated.parameters(), train, epochs=2 * args.epochs, lr=1e-3, seed=args.seed, log="truncated")
-    truncated_accuracy = accuracy(truncated, test)
-
-    speedup = latency(predecessor, test[0]) / latency(compact, test[0])
-    print()
-    print("| model | blocks | parameters | test accuracy |")
-    print("|---|---|---|---|")
-    print(f"| predecessor | 8 | {count(predecessor):,} | {predecessor_accuracy:.4f} |")
-    print(f"| Theseus successor | 3 | {count(compact):,} | {theseus_accuracy:.4f} |")
-    print(f"| bottom-3 fine-tuned | 3 | {count(truncated):,} | {truncated_accuracy:.4f} |")
-    print(
-        f"\nTheseus keeps {100 * theseus_accuracy / predecessor_accuracy:.1f}% of the predecessor's accuracy; "
-        f"the compact model runs {speedup:.2f}x faster on a batch of {len(test[0])} (measured, eager, CPU)."
-    )
-    return {
-        "predecessor": predecessor_accuracy,
-        "theseus": theseus_accuracy,
-        "truncated": truncated_accuracy,
-        "speedup": speedup,
-    }
-
-
-if __name__ == "__main__":
-    main()
+)

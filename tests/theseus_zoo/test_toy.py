@@ -1,12 +1,109 @@
-"""The toy demo runs end to end (one epoch per phase)."""
+"""`theseus compress` on the toy recipe: outputs, export, resume, bad input."""
 
-from theseus_zoo import toy
+import json
+
+import pytest
+import torch
+
+from theseus_core.testing import ToyStack
+from theseus_zoo import cli, toy
+from theseus_zoo.recipe import Phase
+
+TINY = {
+    "predecessor": {"steps": 30, "eval_every": 10},
+    "replacing": {"steps": 40, "eval_every": 10},
+    "steps_to_one": 20,
+    "patience": None,
+}
 
 
-def test_toy_demo_runs_end_to_end(capsys):
-    results = toy.main(["--epochs", "1"])
-    assert set(results) == {"predecessor", "theseus", "truncated", "speedup"}
-    assert all(0.0 <= results[name] <= 1.0 for name in ("predecessor", "theseus", "truncated"))
-    assert results["speedup"] > 0
-    output = capsys.readouterr().out
-    assert "| Theseus successor | 3 |" in output and "'blocks[0:3]': 3 × ToyBlock" in output
+def compress(tmp_path, out="run", *extra):
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(TINY))
+    args = ["compress", "--recipe", "toy", "--config", str(config), "--out", str(tmp_path / out), "--no-progress"]
+    return cli.main([*args, *extra])
+
+
+def test_recipes_lists_the_toy_recipe(capsys):
+    assert cli.main(["recipes"]) == 0
+    assert "toy" in capsys.readouterr().out
+
+
+def test_compress_writes_report_plot_metrics_and_an_ordinary_model(tmp_path, capsys):
+    assert compress(tmp_path) == 0
+    out = tmp_path / "run"
+    report = json.loads((out / "report.json").read_text())
+    assert set(report["models"]) == {"predecessor", "theseus", "baseline:truncated"}
+    assert report["models"]["theseus"]["parameters"] < report["models"]["predecessor"]["parameters"]
+    assert report["speedup"] > 0 and (out / "curves.png").stat().st_size > 0
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["phase"] == "replacing"] == list(range(1, 41))
+    rates = [r["rate"] for r in records if r["phase"] == "replacing"]
+    assert rates == sorted(rates) and rates[0] == pytest.approx(0.3) and rates[-1] == 1.0
+    model = ToyStack(**json.loads((out / "model" / "config.json").read_text()))
+    model.load_state_dict(torch.load(out / "model" / "model.pt"), strict=True)
+    assert len(model.blocks) == 3
+    accuracy = toy.ToyTask({}, 0).evaluate(model, "test")["accuracy"]
+    assert accuracy == report["models"]["theseus"]["test"]["accuracy"]
+    assert "| theseus |" in capsys.readouterr().out
+
+
+def test_a_resumed_run_ends_exactly_where_an_uninterrupted_one_does(tmp_path, monkeypatch):
+    assert compress(tmp_path, "whole") == 0
+    original_loss = toy.ToyTask.loss
+    calls = {"n": 0}
+
+    def crash_once(self, model, batch):  # Ctrl-C in the middle of the replacing phase (step 25 of 40)
+        calls["n"] += 1
+        if calls["n"] == 30 + 25:
+            raise KeyboardInterrupt
+        return original_loss(self, model, batch)
+
+    monkeypatch.setattr(toy.ToyTask, "loss", crash_once)
+    assert compress(tmp_path, "crashed") == 130
+    monkeypatch.setattr(toy.ToyTask, "loss", original_loss)
+    assert (tmp_path / "crashed" / "checkpoint.pt").exists() and not (tmp_path / "crashed" / "report.json").exists()
+    assert compress(tmp_path, "crashed", "--resume") == 0
+    whole = json.loads((tmp_path / "whole" / "report.json").read_text())
+    resumed = json.loads((tmp_path / "crashed" / "report.json").read_text())
+    assert resumed["models"] == whole["models"]  # test metrics, parameters, size on disk
+    assert resumed["phases"] == whole["phases"]  # best dev metric and step of every phase
+    metrics = {run: (tmp_path / run / "metrics.jsonl").read_text() for run in ("whole", "crashed")}
+    assert metrics["crashed"] == metrics["whole"]  # same losses, rates and dev metrics, step by step, no duplicates
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["compress", "--recipe", "bert-glue-sst2"], "unknown recipe 'bert-glue-sst2'"),
+        (["compress", "--recipe", "toy", "--resume"], "no checkpoint.pt"),
+        (["compress", "--recipe", "toy", "--config", "missing.json"], "does not exist"),
+        (["compress", "--recipe", "toy", "--steps-to-one", "5000"], "steps_to_one must be"),
+    ],
+)
+def test_bad_input_fails_in_one_line_before_training(args, message, tmp_path, capsys):
+    assert cli.main([*args, "--out", str(tmp_path / "run")]) == 2
+    error = capsys.readouterr().err
+    assert message in error and error.count("\n") == 1
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_bad_family_options_fail_before_training(tmp_path, capsys):
+    config = tmp_path / "bad.json"
+    config.write_text(json.dumps({"options": {"num_layers": 8}}))
+    assert cli.main(["compress", "--recipe", "toy", "--config", str(config), "--out", str(tmp_path / "run")]) == 2
+    assert "num_layers must be in [1, num_blocks=8)" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_existing_run_is_not_overwritten(tmp_path, capsys):
+    assert compress(tmp_path) == 0
+    assert compress(tmp_path) == 2
+    assert "pass --resume" in capsys.readouterr().err
+
+
+def test_phase_validation():
+    with pytest.raises(ValueError, match="steps"):
+        Phase(steps=0, lr=1e-3)
+    with pytest.raises(ValueError, match="lr"):
+        Phase(steps=1, lr=-1)

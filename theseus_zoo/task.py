@@ -1,0 +1,75 @@
+"""The `Task` protocol: what a model family gives the trainer, and the family registry.
+
+A family (toy, BERT, ResNet, GNN) knows how to build its predecessor, load its
+data, batch it, compute the loss and the metrics, make the plan and the
+baselines, and export. The trainer knows nothing else about models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+import theseus_core as th
+
+
+class Task(Protocol):
+    """One family's side of a compression run. ``metric`` names the dev/test metric (higher is better)."""
+
+    metric: str
+
+    def check(self) -> None:
+        """Raises `ValueError` with what to do when the options or assets are wrong, before any training."""
+
+    def build_predecessor(self) -> nn.Module: ...
+
+    def dataset(self, split: str) -> Sequence[Any]:
+        """Examples of ``"train"``, ``"dev"`` or ``"test"``."""
+
+    def collate(self, examples: list[Any]) -> Any:
+        """A batch from examples (tensors on the CPU; the trainer moves them)."""
+
+    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor: ...
+
+    def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
+        """Metrics of ``model`` (in eval mode) on a split; includes ``self.metric``."""
+
+    def plan(self, model: nn.Module) -> th.Plan: ...
+
+    def truncated(self, predecessor: nn.Module) -> nn.Module:
+        """The baseline of the successor's size initialised from the predecessor's bottom layers."""
+
+    def latency_batch(self) -> Any:
+        """A batch for timing inference."""
+
+    def forward(self, model: nn.Module, batch: Any) -> Any: ...
+
+    def export(self, model: nn.Module, directory: Path) -> list[Path]:
+        """Writes the compact model in the family's ordinary format; returns the files written."""
+
+
+_FAMILIES: dict[str, Callable[[dict[str, Any], int], Task]] = {}
+
+
+def register_family(
+    name: str,
+) -> Callable[[Callable[[dict[str, Any], int], Task]], Callable[[dict[str, Any], int], Task]]:
+    """Registers ``builder(options, seed) -> Task`` under ``name``; a duplicate name raises `KeyError`."""
+
+    def decorator(builder):
+        if name in _FAMILIES:
+            raise KeyError(f"a model family named {name!r} is already registered")
+        _FAMILIES[name] = builder
+        return builder
+
+    return decorator
+
+
+def build_task(family: str, options: dict[str, Any], seed: int) -> Task:
+    if family not in _FAMILIES:
+        raise ValueError(f"unknown model family {family!r}; known: {', '.join(sorted(_FAMILIES))}")
+    return _FAMILIES[family](dict(options), seed)
