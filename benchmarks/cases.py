@@ -37,6 +37,7 @@ class Case:
     replace_options: dict[str, Any] = field(default_factory=dict)
     size_label: str = "batch size"
     note: str = ""
+    check_recompilation: bool = True  # off where 200 compiled training steps cost too much on a CPU
 
 
 def _bert_case(name, model_factory, num_layers, seq_len, sizes, train_size, ideal, note) -> Case:
@@ -68,7 +69,7 @@ def bert_base(full: bool) -> Case:
         torch.manual_seed(0)
         return BertForSequenceClassification(BertConfig(num_labels=2))  # BERT-base size, random init
 
-    return _bert_case(
+    case = _bert_case(
         "BERT-base 12→6",
         build,
         6,
@@ -78,6 +79,8 @@ def bert_base(full: bool) -> Case:
         ideal=2.0,
         note="random-init BERT-base config (no 12-layer BERT weights can be had here)",
     )
+    case.check_recompilation = full  # the MiniLM case checks the same layers on a CPU
+    return case
 
 
 def minilm(full: bool) -> Case:
@@ -111,13 +114,10 @@ def resnet34(full: bool) -> Case:
         torch.manual_seed(0)
         return make_resnet34(num_classes=10)
 
-    def plan(model: nn.Module) -> list[th.ModuleSpec]:
-        # (3, 4, 6, 3) blocks → (2, 2, 2, 2): each group's first block starts its successor, so the
-        # downsampling block 0 of a stage seeds the group that holds it; the result is resnet18's layout.
-        specs = []
-        for stage, groups in zip((1, 2, 3, 4), ([2, 1], [2, 2], [3, 3], [2, 1]), strict=True):
-            specs += th.plan(model, f"layer{stage}", group_sizes=groups, successor=th.copy_module(0)).specs
-        return specs
+    def plan(model: nn.Module) -> th.Plan:
+        from theseus_adapters import resnet
+
+        return resnet.plan(model, blocks=(2, 2, 2, 2))  # (3, 4, 6, 3) -> resnet18's layout
 
     resolution = 224 if full else 64
 
@@ -138,4 +138,35 @@ def resnet34(full: bool) -> Case:
     )
 
 
-CASES: dict[str, Callable[[bool], Case]] = {"bert-base": bert_base, "minilm": minilm, "resnet": resnet34}
+def gcn(full: bool) -> Case:
+    from torch_geometric.nn import GCN
+
+    from theseus_adapters import gnn
+
+    features, hidden, classes = 64, 128, 4
+
+    def build() -> nn.Module:
+        torch.manual_seed(0)
+        model = GCN(features, hidden, num_layers=6, out_channels=classes, norm="batch_norm", dropout=0.1)
+        return gnn.to_steps_(model)  # layers as modules, outputs bit-identical (see theseus_adapters.gnn)
+
+    def inputs(size: int) -> tuple[tuple, dict]:
+        generator = torch.Generator().manual_seed(size)
+        edges = torch.randint(0, size, (2, 10 * size), generator=generator)  # average degree 10
+        return (torch.randn(size, features, generator=generator), edges), {}
+
+    return Case(
+        name="GCN 6→2 layers",
+        build=build,
+        plan=lambda model: gnn.plan(model, num_layers=2),
+        inputs=inputs,
+        labels=lambda size: torch.arange(size) % classes,
+        sizes=[1_000, 4_000, 16_000] if not full else [10_000, 100_000, 1_000_000],
+        train_size=4_000 if not full else 100_000,
+        ideal_speedup=3.0,  # the layer ratio; the successor keeps the cheap first and last layers, so FLOPs drop more
+        size_label="nodes",
+        note="PyG GCN, hidden 128, batch norm, random graphs of average degree 10, full-batch",
+    )
+
+
+CASES: dict[str, Callable[[bool], Case]] = {"bert-base": bert_base, "minilm": minilm, "resnet": resnet34, "gnn": gcn}
