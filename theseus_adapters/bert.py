@@ -150,7 +150,7 @@ def plan(
     specs = []
     for spec, source in zip(groups, sources, strict=True):
         if hidden_size is None or hidden_size == model.config.hidden_size:
-            successor = _CopyLayer(layers, source)
+            successor = _CopyLayer(path, source)
             specs.append(th.ModuleSpec(spec.path, successor))
         else:
             successor = _NarrowLayer(model.config, hidden_size)
@@ -159,16 +159,17 @@ def plan(
 
 
 class _CopyLayer:
-    """Successor factory: a deep copy of one predecessor layer, which may lie outside the group."""
+    """Successor factory: a deep copy of one predecessor layer, which may lie outside the group. The layer is
+    looked up in the model being replaced, so a plan made on one model works on its copies."""
 
-    def __init__(self, layers: nn.ModuleList, index: int) -> None:
-        self.layers, self.index = layers, index
+    def __init__(self, layers_path: str, index: int) -> None:
+        self.layers_path, self.index = layers_path, index
 
-    def __call__(self, group: list[nn.Module]) -> nn.Module:
-        return copy.deepcopy(self.layers[self.index])
+    def __call__(self, group: list[nn.Module], model: nn.Module) -> nn.Module:
+        return copy.deepcopy(model.get_submodule(self.layers_path)[self.index])
 
     def __repr__(self) -> str:
-        return f"copy of layer {self.index}"
+        return f"copy of {self.layers_path}[{self.index}]"
 
 
 class _NarrowLayer:

@@ -48,6 +48,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.conv import _ConvNd
 
 import theseus_core as th
+from theseus_core.spec import resolve
 
 INITS = ("first", "every_other", "last", "fresh")
 
@@ -169,12 +170,10 @@ def plan(
                 _check_narrowable(block, stage_width, f"{name}[{index}]")
 
     specs = []
-    for name, stage, sizes, stage_sources, stage_width in zip(names, stages, group_sizes, sources, widths, strict=True):
+    for name, sizes, stage_sources, stage_width in zip(names, group_sizes, sources, widths, strict=True):
         start = 0
         for size, source in zip(sizes, stage_sources, strict=True):
-            source_block = None if source is None else stage[source]
-            label = "fresh" if source is None else f"{name}[{source}]"
-            successor = BlockSuccessor(source_block, stage_width, label)
+            successor = BlockSuccessor(None if source is None else f"{name}[{source}]", stage_width)
             specs.append(th.ModuleSpec(f"{name}[{start}:{start + size}]", successor))
             start += size
     return th.Plan(tuple(specs))
@@ -263,11 +262,11 @@ class BlockSuccessor:
     """Successor factory: one block shaped like the group's first block.
 
     Args:
-        source: The predecessor block whose weights the successor starts from
-            (it may lie outside the group), or ``None`` for a freshly initialised
-            block of the group's first block's configuration.
+        source: Path of the predecessor block whose weights the successor starts
+            from (``"layer1[1]"``; it may lie outside the group), looked up in the
+            model being replaced, or ``None`` for a freshly initialised block of
+            the group's first block's configuration.
         width: Channel factor in ``(0, 1]``; see `plan`. (default: ``1.0``)
-        label: How the factory prints. (default: ``"block"``)
 
     Below full width the successor is a `theseus_core.Projected`: the narrowed
     block between two learned 1×1 convolutions, from the group's input channels
@@ -279,20 +278,21 @@ class BlockSuccessor:
     source's weights loaded wherever their names and shapes agree.
     """
 
-    def __init__(self, source: nn.Module | None, width: float = 1.0, label: str = "block") -> None:
-        self.source, self.width, self.label = source, width, label
+    def __init__(self, source: str | None, width: float = 1.0) -> None:
+        self.source, self.width = source, width
 
-    def __call__(self, group: list[nn.Module]) -> nn.Module:
+    def __call__(self, group: list[nn.Module], model: nn.Module) -> nn.Module:
         first = group[0]
-        if self.source is None:
+        source = None if self.source is None else resolve(model, self.source).modules[0]
+        if source is None:
             block = copy.deepcopy(first)
             _reinitialize_(block)
-        elif self.source is first or not (_downsamples(first) or _downsamples(self.source)):
-            block = copy.deepcopy(self.source)  # same configuration: the blocks of a stage after its first
+        elif source is first or not (_downsamples(first) or _downsamples(source)):
+            block = copy.deepcopy(source)  # same configuration: the blocks of a stage after its first
         else:  # keep the group's stride and shortcut, take the source's weights where they fit
             block = copy.deepcopy(first)
             shapes = {name: tensor.shape for name, tensor in block.state_dict().items()}
-            fitting = {k: v for k, v in self.source.state_dict().items() if shapes.get(k) == v.shape}
+            fitting = {k: v for k, v in source.state_dict().items() if shapes.get(k) == v.shape}
             block.load_state_dict(fitting, strict=False)
         if self.width == 1:
             return block
@@ -302,7 +302,7 @@ class BlockSuccessor:
         return th.Projected(block, nn.Conv2d(outer_in, inner_in, 1), nn.Conv2d(inner_out, outer_out, 1))
 
     def __repr__(self) -> str:
-        return f"BlockSuccessor({self.label}, width={self.width:g})"
+        return f"BlockSuccessor({self.source or 'fresh'}, width={self.width:g})"
 
 
 def block_widths(block: nn.Module, where: str = "the block") -> tuple[int, int]:

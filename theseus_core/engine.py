@@ -7,6 +7,7 @@ permanent (`Theseus.finalize`).
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
@@ -388,6 +389,15 @@ def _check_no_overlap(groups: list[ResolvedGroup]) -> None:
                     )
 
 
+def _takes_model(factory: Any) -> bool:
+    """Whether a successor factory accepts a second argument: the model being replaced, before any change."""
+    try:
+        inspect.signature(factory).bind(None, None)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def _has_state(module: nn.Module) -> bool:
     return any(True for _ in (*module.parameters(recurse=False), *module.buffers(recurse=False)))
 
@@ -397,7 +407,7 @@ def _build_successor(
 ) -> Projected:
     factory = spec.successor if spec.successor is not None else registry.lookup(group.modules)
     try:
-        successor = factory(list(group.modules))
+        successor = factory(list(group.modules), model) if _takes_model(factory) else factory(list(group.modules))
     except Exception as error:
         error.add_note(f"(while building the successor for group {spec.path!r})")
         raise

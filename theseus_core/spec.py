@@ -16,8 +16,9 @@ from typing import Literal, overload
 
 from torch import nn
 
-SuccessorFactory = Callable[[list[nn.Module]], nn.Module]
-"""Builds a successor from the list of predecessor modules of a group."""
+SuccessorFactory = Callable[[list[nn.Module]], nn.Module] | Callable[[list[nn.Module], nn.Module], nn.Module]
+"""Builds a successor from the list of predecessor modules of a group; a factory that takes a second
+argument also gets the model being replaced (before any change), e.g. to copy a layer outside the group."""
 
 Projection = nn.Module | Literal["linear"] | None
 """A projection between widths: a module, ``"linear"`` to have one created, or ``None``."""
@@ -35,7 +36,11 @@ class ModuleSpec:
             (``"encoder.layer[0:2]"``, stop exclusive). Never the root (``""``).
         successor: A factory called with the list of the group's predecessor
             modules that returns the successor module (e.g.
-            ``lambda group: copy.deepcopy(group[0])``; see `copy_module`).
+            ``lambda group: copy.deepcopy(group[0])``; see `copy_module`). A
+            factory with a second parameter is called ``factory(group, model)``
+            with the model being replaced, before any change: resolve what you
+            copy from there, not from a model captured when the spec was made,
+            so that the spec works on copies of the model too.
             ``None`` (default) asks the successor registry, keyed by the type of
             the group's first module.
         in_proj: Applied to the group's input before the successor, when the

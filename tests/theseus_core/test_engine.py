@@ -513,3 +513,18 @@ def test_a_module_declaring_its_own_widths_is_trusted_over_its_insides():
         example_inputs=(torch.randn(2, 8),),
     )
     assert theseus.sites[0].successor.out_proj.in_features == 4
+
+
+def test_a_factory_with_a_second_parameter_gets_the_model_being_replaced():
+    seen = []
+
+    def from_last_block(group, model):
+        seen.append(model)
+        return copy.deepcopy(model.blocks[-1])
+
+    original = ToyStack(num_blocks=4)
+    spec = th.ModuleSpec("blocks[0:2]", from_last_block)
+    duplicate = copy.deepcopy(original)
+    theseus = th.replace_(duplicate, [spec])
+    assert seen == [duplicate]  # the copy, not a model captured when the spec was made
+    assert torch.equal(theseus.sites[0].successor.inner.fc1.weight, duplicate.blocks[-1].fc1.weight)
