@@ -87,6 +87,12 @@ class Run:
             kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)],  # one branch per step
         )
         self.state: dict[str, Any] = torch.load(checkpoint, weights_only=False) if resume else {"done": {}}
+        if resume and self.state.get("recipe") != recipe.to_dict():
+            raise RunError(
+                f"--resume: the run in {self.out} used another recipe (see its recipe.json); "
+                f"resume with the same --recipe, --config and flags"
+            )
+        self.state["recipe"] = recipe.to_dict()
         metrics = self.out / "metrics.jsonl"
         if resume and metrics.exists():  # lines logged after the checkpoint are logged again
             os.truncate(metrics, self.state["metrics_bytes"])

@@ -96,6 +96,12 @@ def test_bad_family_options_fail_before_training(tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
+def test_resuming_with_another_recipe_is_refused(tmp_path, capsys):
+    assert compress(tmp_path) == 0
+    assert compress(tmp_path, "run", "--resume", "--seed", "7") == 2
+    assert "used another recipe" in capsys.readouterr().err
+
+
 def test_an_existing_run_is_not_overwritten(tmp_path, capsys):
     assert compress(tmp_path) == 0
     assert compress(tmp_path) == 2
