@@ -25,7 +25,7 @@ def environment() -> dict[str, Any]:
         "torch": torch.__version__,
         "python": platform.python_version(),
         "machine": platform.machine(),
-        "processor": platform.processor() or "unknown",
+        "processor": _cpu_model(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "device": "cpu",
@@ -34,6 +34,16 @@ def environment() -> dict[str, Any]:
         info["device"] = torch.cuda.get_device_name()
         info["cuda"] = torch.version.cuda
     return info
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
 
 
 def synchronize(device: torch.device) -> None:
