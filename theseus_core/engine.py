@@ -7,37 +7,19 @@ permanent (`Theseus.finalize`).
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from numbers import Integral, Real
+from numbers import Real
 from typing import Any
 
 import torch
 from torch import nn
 
+from .prepare import Prepared, check_arguments, check_eval_route, prepare
 from .registry import DEFAULT_REGISTRY, SuccessorRegistry
-from .site import (
-    PredecessorChain,
-    Projected,
-    ReplacementSite,
-    Router,
-    boundary_width,
-    make_projection,
-    primary_parameter_name,
-)
-from .spec import ModuleSpec, Plan, ResolvedGroup, resolve
-
-
-@dataclass
-class _Prepared:
-    """A group with everything built for it, before the model is touched."""
-
-    spec: ModuleSpec
-    group: ResolvedGroup
-    successor: Projected
+from .site import PredecessorChain, ReplacementSite, Router, boundary_width
+from .spec import ModuleSpec, Plan, ResolvedGroup
 
 
 def replace_(
@@ -87,17 +69,8 @@ def replace_(
         TypeError, ValueError, LookupError: Bad specs or arguments, with the
             path at fault and what to do; the model is then unchanged.
     """
-    _check_arguments(model, specs, seed, eval_route, compile)
-    registry = DEFAULT_REGISTRY if registry is None else registry
-    groups = [resolve(model, spec.path) for spec in specs]
-    _check_no_overlap(groups)
-    prepared = [
-        _Prepared(spec, group, _build_successor(model, spec, group, registry))
-        for spec, group in zip(specs, groups, strict=True)
-    ]
-    _check_no_sharing(model, prepared)
-    if example_inputs is not None or example_kwargs is not None:
-        _check_example_outputs(model, prepared, tuple(example_inputs or ()), dict(example_kwargs or {}))
+    check_arguments(model, specs, seed, eval_route, compile)
+    prepared = prepare(model, specs, DEFAULT_REGISTRY if registry is None else registry, example_inputs, example_kwargs)
     # --- nothing above this line changes the model ---
     return Theseus._install(
         model,
@@ -125,7 +98,7 @@ class Theseus:
     def _install(
         cls,
         model: nn.Module,
-        prepared: list[_Prepared],
+        prepared: list[Prepared],
         *,
         seed: int,
         train_others: bool,
@@ -196,7 +169,7 @@ class Theseus:
 
     @eval_route.setter
     def eval_route(self, value: str) -> None:
-        _check_eval_route(value)
+        check_eval_route(value)
         self._router.eval_route = value
 
     @property
@@ -343,196 +316,6 @@ def _freeze(model: nn.Module, predecessors: list[nn.Module], train_others: bool)
 
 def _count(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
-
-
-# ---------------------------------------------------------------- validation
-def _check_eval_route(value: str) -> None:
-    if value not in Router.EVAL_ROUTES:
-        raise ValueError(f"eval_route must be one of {Router.EVAL_ROUTES}, got {value!r}")
-
-
-def _check_arguments(model: nn.Module, specs: Any, seed: Any, eval_route: str, compile: Any) -> None:
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"replace_ expects an nn.Module, got {type(model).__name__}")
-    if isinstance(specs, ModuleSpec) or not isinstance(specs, Sequence) or not specs:
-        raise TypeError("replace_ expects a non-empty list (or Plan) of ModuleSpec")
-    for spec in specs:
-        if not isinstance(spec, ModuleSpec):
-            raise TypeError(f"replace_ expects ModuleSpec items, got {type(spec).__name__}: {spec!r}")
-    if not isinstance(seed, Integral) or isinstance(seed, bool):
-        raise TypeError(f"seed must be an integer, got {seed!r}")
-    _check_eval_route(eval_route)
-    if not isinstance(compile, (bool, Mapping)):
-        raise TypeError(f"compile must be a bool or a dict of torch.compile options, got {compile!r}")
-    for name, module in model.named_modules():
-        if isinstance(module, ReplacementSite):
-            raise ValueError(
-                f"{name} is already a Theseus site: finalize() or restore() the existing handle "
-                f"before calling replace_ again"
-            )
-
-
-def _check_no_overlap(groups: list[ResolvedGroup]) -> None:
-    """No module with state may belong to two groups. A stateless module shared between groups (GIN puts
-    one ReLU in every layer) is harmless: it computes the same thing whichever route runs."""
-    owner: dict[int, str] = {}
-    for group in groups:
-        for module in group.modules:
-            for inner in module.modules():
-                if inner not in group.modules and not _has_state(inner):
-                    continue
-                other = owner.setdefault(id(inner), group.path)
-                if other != group.path:
-                    raise ValueError(
-                        f"groups {other!r} and {group.path!r} overlap (they share a module); "
-                        f"each predecessor module may belong to one group only"
-                    )
-
-
-def _takes_model(factory: Any) -> bool:
-    """Whether a successor factory accepts a second argument: the model being replaced, before any change."""
-    try:
-        inspect.signature(factory).bind(None, None)
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
-def _has_state(module: nn.Module) -> bool:
-    return any(True for _ in (*module.parameters(recurse=False), *module.buffers(recurse=False)))
-
-
-def _build_successor(
-    model: nn.Module, spec: ModuleSpec, group: ResolvedGroup, registry: SuccessorRegistry
-) -> Projected:
-    factory = spec.successor if spec.successor is not None else registry.lookup(group.modules)
-    try:
-        successor = factory(list(group.modules), model) if _takes_model(factory) else factory(list(group.modules))
-    except Exception as error:
-        error.add_note(f"(while building the successor for group {spec.path!r})")
-        raise
-    if not isinstance(successor, nn.Module):
-        raise TypeError(
-            f"the successor factory for {spec.path!r} returned {type(successor).__name__}, not an nn.Module"
-        )
-    in_proj = _projection(spec, "in_proj", group.modules[0], successor)
-    out_proj = _projection(spec, "out_proj", group.modules[-1], successor)
-    branch = Projected(successor, in_proj, out_proj, primary_parameter_name(group.modules[0]))
-    reference = next((t for m in group.modules for t in (*m.parameters(), *m.buffers()) if t.is_floating_point()), None)
-    if reference is not None:
-        branch.to(device=reference.device, dtype=reference.dtype)
-    return branch
-
-
-def _projection(spec: ModuleSpec, side: str, predecessor: nn.Module, successor: nn.Module) -> nn.Module | None:
-    value = getattr(spec, side)
-    if value != "linear":
-        return value
-    end = "in" if side == "in_proj" else "out"
-    theirs, ours = boundary_width(predecessor, end), boundary_width(successor, end)
-    if theirs is None or ours is None:
-        unknown = "predecessor" if theirs is None else "successor"
-        raise ValueError(
-            f"{side}='linear' for group {spec.path!r}: cannot infer the {unknown}'s {end}put width (no Linear, "
-            f"convolution or in_channels/out_channels layer found); pass the projection module instead"
-        )
-    if side == "in_proj":
-        return make_projection(theirs[0], ours[0], ours[1])
-    return make_projection(ours[0], theirs[0], ours[1])
-
-
-def _check_no_sharing(model: nn.Module, prepared: list[_Prepared]) -> None:
-    """Successors must be new modules: sharing a tensor with the model would freeze or alter it."""
-    model_modules = {id(m) for m in model.modules()}
-    model_tensors = {id(t) for t in (*model.parameters(), *model.buffers())}
-    seen: dict[int, str] = {}
-    for item in prepared:
-        path = item.spec.path
-        for module in item.successor.modules():
-            if id(module) in model_modules:
-                raise ValueError(
-                    f"the successor for {path!r} contains a module of the model ({type(module).__name__}); "
-                    f"successors must be new modules, e.g. copy.deepcopy(group[0]) or theseus_core.copy_module(0)"
-                )
-        for tensor in (*item.successor.parameters(), *item.successor.buffers()):
-            if id(tensor) in model_tensors:
-                raise ValueError(
-                    f"the successor for {path!r} shares a parameter or buffer with the model; "
-                    f"build it from copies (copy.deepcopy)"
-                )
-            other = seen.setdefault(id(tensor), path)
-            if other != path:
-                raise ValueError(f"the successors for {other!r} and {path!r} share a parameter; give each its own")
-
-
-def _structure(value: Any) -> Any:
-    """Shapes and container types of an output, for comparing a successor with its group."""
-    if isinstance(value, torch.Tensor):
-        return ("tensor", tuple(value.shape), value.dtype)
-    if isinstance(value, (tuple, list)):
-        return (type(value).__name__, tuple(_structure(v) for v in value))
-    if isinstance(value, Mapping):
-        return ("mapping", tuple((k, _structure(v)) for k, v in value.items()))
-    return (type(value).__name__,)
-
-
-def _check_example_outputs(
-    model: nn.Module, prepared: list[_Prepared], example_inputs: tuple[Any, ...], example_kwargs: dict[str, Any]
-) -> None:
-    """Runs the model once and checks each successor against its group's real input and output."""
-    captured: list[dict[str, Any]] = [{} for _ in prepared]
-    handles = []
-
-    def capture_input(index: int):
-        def hook(module, args, kwargs):
-            captured[index].setdefault("args", (args, kwargs))
-
-        return hook
-
-    def capture_output(index: int):
-        def hook(module, args, output):
-            captured[index].setdefault("output", output)
-
-        return hook
-
-    modes = [(m, m.training) for m in model.modules()]
-    try:
-        for index, item in enumerate(prepared):
-            handles.append(item.group.modules[0].register_forward_pre_hook(capture_input(index), with_kwargs=True))
-            handles.append(item.group.modules[-1].register_forward_hook(capture_output(index)))
-        model.eval()
-        with torch.no_grad():
-            model(*example_inputs, **example_kwargs)
-    finally:
-        for handle in handles:
-            handle.remove()
-        for module, training in modes:
-            module.training = training
-
-    for item, seen in zip(prepared, captured, strict=True):
-        path = item.spec.path
-        if "args" not in seen or "output" not in seen:
-            raise ValueError(f"group {path!r} did not run when the model ran on example_inputs; check the path")
-        args, kwargs = seen["args"]
-        branch_mode = item.successor.training
-        item.successor.eval()
-        try:
-            with torch.no_grad():
-                output = item.successor(*args, **kwargs)
-        except Exception as error:
-            error.add_note(
-                f"(the successor for group {path!r} failed on the group's input from example_inputs; "
-                f"if its width differs, add in_proj='linear' / out_proj='linear')"
-            )
-            raise
-        finally:
-            item.successor.train(branch_mode)
-        expected, actual = _structure(seen["output"]), _structure(output)
-        if expected != actual:
-            raise ValueError(
-                f"the successor for group {path!r} returns {actual}, but the group returns {expected}; "
-                f"fix the successor or add out_proj='linear'"
-            )
 
 
 def _swap_children(container: nn.Module, sites: dict[tuple[str, ...], ReplacementSite]) -> None:

@@ -10,6 +10,7 @@ import torch
 from hypothesis import Phase, settings
 
 import theseus_core.engine as engine
+import theseus_core.prepare as prepare
 import theseus_core.schedule as schedule
 from theseus_core.site import Router
 
@@ -70,7 +71,7 @@ def mutate_then_validate(model, spec, group, registry):
 original_choose = Router.choose
 original_init = Router.__init__
 original_load = engine.Theseus.load_state_dict
-original_build = engine._build_successor
+original_build = prepare._build_successor
 
 BUGS = {
     "routes drawn from the global RNG": (
@@ -115,7 +116,7 @@ BUGS = {
         [test_schedule.test_every_schedule_stays_in_the_unit_interval],
     ),
     "mutation before validation": (
-        (engine, "_build_successor", mutate_then_validate),
+        (prepare, "_build_successor", mutate_then_validate),
         [test_engine.test_random_invalid_specs_raise_before_any_mutation],
     ),
 }
