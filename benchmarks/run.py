@@ -30,9 +30,10 @@ from torch._dynamo.utils import counters
 
 import theseus_core as th
 from theseus_core.spec import resolve
+from theseus_zoo.timing import interleaved_seconds, median_ratio
 
 from .cases import CASES, Case
-from .harness import environment, interleaved_seconds, markdown_table, median_ratio, training_memory, write_report
+from .harness import environment, markdown_table, training_memory, write_report
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 

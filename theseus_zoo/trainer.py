@@ -22,8 +22,6 @@ import copy
 import json
 import os
 import random
-import statistics
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +36,7 @@ import theseus_core as th
 
 from .recipe import Phase, Recipe
 from .task import Task, build_task
+from .timing import interleaved_seconds, median_ratio
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -259,18 +258,14 @@ class Run:
     def _speedup(self, predecessor: nn.Module, compact: nn.Module, repeats: int = 7) -> float:
         """Median per-turn latency ratio, predecessor over successor, eager, on `Task.latency_batch`."""
         batch = _to(self.task.latency_batch(), self.accelerator.device)
-        ratios = []
+        predecessor.eval(), compact.eval()
+        runs = {
+            "predecessor": lambda: self.task.forward(predecessor, batch),
+            "successor": lambda: self.task.forward(compact, batch),
+        }
         with torch.no_grad():
-            for model in (predecessor, compact):
-                self.task.forward(model.eval(), batch)  # warm-up
-            for _ in range(repeats):
-                seconds = []
-                for model in (predecessor, compact):
-                    start = time.perf_counter()
-                    self.task.forward(model, batch)
-                    seconds.append(time.perf_counter() - start)
-                ratios.append(seconds[0] / seconds[1])
-        return statistics.median(ratios)
+            times = interleaved_seconds(runs, warmup=1, repeats=repeats, device=self.accelerator.device)
+        return median_ratio(times["predecessor"], times["successor"])
 
 
 def _cpu_state(model: nn.Module) -> dict[str, torch.Tensor]:

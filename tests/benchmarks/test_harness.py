@@ -3,7 +3,8 @@
 import torch
 from torch import nn
 
-from benchmarks.harness import interleaved_seconds, markdown_table, median_ratio, training_memory
+from benchmarks.harness import markdown_table, training_memory
+from theseus_zoo.timing import interleaved_seconds, median_ratio
 
 
 def test_training_memory_counts_weights_saved_activations_gradients_and_optimizer_state():
