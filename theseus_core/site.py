@@ -128,19 +128,33 @@ class Projected(nn.Module):
         return output
 
 
+def _declares_width(layer: nn.Module) -> bool:
+    if isinstance(layer, (nn.Linear, nn.modules.conv._ConvNd)):
+        return True
+    # e.g. torch-geometric message-passing layers
+    return isinstance(getattr(layer, "in_channels", None), int) and isinstance(
+        getattr(layer, "out_channels", None), int
+    )
+
+
+def _conv_dims(layer: nn.Module) -> int:
+    return len(layer.kernel_size) if isinstance(layer, nn.modules.conv._ConvNd) else 0
+
+
 def _boundary_layer(module: nn.Module, side: str) -> nn.Module | None:
-    """The first (``side="in"``) or last (``"out"``) layer of ``module`` that declares a width."""
-    layers = list(module.modules())[1:]
-    if side == "out":
-        layers.reverse()
-    for layer in [module, *layers]:  # a module that declares its own widths is trusted over its insides
-        if isinstance(layer, (nn.Linear, nn.modules.conv._ConvNd)):
-            return layer
-        if isinstance(getattr(layer, "in_channels", None), int) and isinstance(
-            getattr(layer, "out_channels", None), int
-        ):
-            return layer  # e.g. torch-geometric message-passing layers
-    return None
+    """The first (``side="in"``) or last (``"out"``) layer of ``module`` that declares a width.
+
+    A module that declares its own widths is trusted over its insides. On the output side only layers of the
+    input side's kind count: a channel-attention Conv1d at the end of a Conv2d block (ECA) is no boundary."""
+    if _declares_width(module):
+        return module
+    layers = [layer for layer in list(module.modules())[1:] if _declares_width(layer)]
+    if not layers:
+        return None
+    if side == "in":
+        return layers[0]
+    kind = _conv_dims(layers[0])
+    return next(layer for layer in reversed(layers) if _conv_dims(layer) == kind)
 
 
 def boundary_width(module: nn.Module, side: str) -> tuple[int, int] | None:
@@ -154,9 +168,7 @@ def boundary_width(module: nn.Module, side: str) -> tuple[int, int] | None:
         return None
     if isinstance(layer, nn.Linear):
         return (layer.in_features if side == "in" else layer.out_features), 0
-    width = layer.in_channels if side == "in" else layer.out_channels
-    conv_dims = len(layer.kernel_size) if isinstance(layer, nn.modules.conv._ConvNd) else 0
-    return width, conv_dims
+    return (layer.in_channels if side == "in" else layer.out_channels), _conv_dims(layer)
 
 
 def make_projection(in_width: int, out_width: int, conv_dims: int) -> nn.Module:

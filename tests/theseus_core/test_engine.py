@@ -528,3 +528,28 @@ def test_a_factory_with_a_second_parameter_gets_the_model_being_replaced():
     theseus = th.replace_(duplicate, [spec])
     assert seen == [duplicate]  # the copy, not a model captured when the spec was made
     assert torch.equal(theseus.sites[0].successor.inner.fc1.weight, duplicate.blocks[-1].fc1.weight)
+
+
+def test_a_channel_attention_conv_at_the_end_of_a_block_is_no_boundary():
+    class EcaBlock(nn.Module):  # timm's ECA: a Conv1d(1, 1) over pooled channels, after the Conv2d
+        def __init__(self, channels):
+            super().__init__()
+            self.conv = nn.Conv2d(channels, channels, 3, padding=1)
+            self.attention = nn.Conv1d(1, 1, 3, padding=1, bias=False)
+
+        def forward(self, x):
+            y = self.conv(x)
+            weights = self.attention(y.mean((2, 3)).unsqueeze(1)).sigmoid().squeeze(1)
+            return x + y * weights[:, :, None, None]
+
+    model = nn.Module()
+    model.blocks = nn.Sequential(EcaBlock(8), EcaBlock(8))
+    model.forward = lambda x: model.blocks(x)
+    theseus = th.replace_(
+        model,
+        [th.ModuleSpec("blocks[0:2]", lambda group: EcaBlock(4), in_proj="linear", out_proj="linear")],
+        example_inputs=(torch.randn(2, 8, 5, 5),),
+    )
+    successor = theseus.sites[0].successor
+    assert (successor.in_proj.in_channels, successor.in_proj.out_channels) == (8, 4)
+    assert (successor.out_proj.in_channels, successor.out_proj.out_channels) == (4, 8)
