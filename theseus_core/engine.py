@@ -19,7 +19,7 @@ from torch import nn
 from .prepare import Prepared, check_arguments, check_eval_route, prepare
 from .registry import DEFAULT_REGISTRY, SuccessorRegistry
 from .site import PredecessorChain, ReplacementSite, Router, boundary_width
-from .spec import ModuleSpec, Plan, ResolvedGroup
+from .spec import ModuleSpec, Plan
 
 
 def replace_(
@@ -133,13 +133,13 @@ class Theseus:
                     predecessor_eval,
                 )
             )
-        by_container: dict[int, list[tuple[ResolvedGroup, nn.Module]]] = {}
+        sites_by_container: dict[int, dict[tuple[str, ...], ReplacementSite]] = {}
         for item, site in zip(prepared, self._sites, strict=True):
             container = item.group.container
             self._saved_children.setdefault(id(container), (container, OrderedDict(container._modules)))
-            by_container.setdefault(id(container), []).append((item.group, site))
-        for entries in by_container.values():
-            _swap_children(entries[0][0].container, {group.keys: site for group, site in entries})
+            sites_by_container.setdefault(id(container), {})[item.group.keys] = site
+        for container, _ in self._saved_children.values():
+            _swap_children(container, sites_by_container[id(container)])
 
         if compile_options is not None:
             model.compile(**compile_options)
