@@ -206,7 +206,8 @@ class Run:
                 record = {"phase": phase_name, "step": step, "loss": loss.item()}
                 if theseus is not None:
                     record["rate"] = theseus.rate
-                if step % phase.eval_every == 0 or step == phase.steps:
+                evaluate = step % phase.eval_every == 0 or step == phase.steps
+                if evaluate:
                     metrics = self.task.evaluate(unwrapped, "dev")
                     record["dev"] = metrics
                     value = metrics[self.task.metric]
@@ -220,10 +221,9 @@ class Run:
                     bar.set_postfix(
                         {self.task.metric: f"{value:.4f}", **({"p": f"{theseus.rate:.2f}"} if theseus else {})}
                     )
-                    self.log(record)
-                    checkpoint()
-                else:
-                    self.log(record)
+                self.log(record)
+                if evaluate:
+                    checkpoint()  # after the log line, so that a resume keeps it
                 if step >= phase.steps or stop:
                     break
         bar.close()
