@@ -16,7 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-BASELINES = ("truncated",)
+BASELINES = ("truncated", "scratch", "kd")
+"""Baselines the trainer knows: ``truncated`` fine-tunes the successor-sized model initialised like the
+successors (the predecessor's bottom layers); ``scratch`` trains the small architecture from a random
+initialisation; ``kd`` is vanilla knowledge distillation into the ``truncated`` initialisation
+(Hinton et al.: task loss plus soft cross-entropy to the frozen predecessor's logits)."""
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,9 @@ class Recipe:
         steps_to_one: The step at which p = min(1, k·t + b) reaches 1 (sets k).
         patience: Stop the replacing phase after this many evaluations at p = 1
             without a better dev metric (``None``: never). The best dev state is kept.
-        baselines: Baselines trained in the same harness and budget as ``replacing``.
+        baselines: Baselines trained in the same harness and budget as ``replacing`` (see `BASELINES`).
+        kd_alpha: Weight of the task loss in the ``kd`` baseline; the soft loss gets ``1 - kd_alpha``.
+        kd_temperature: Softmax temperature of the ``kd`` baseline (the soft loss is scaled by its square).
         seed: Seeds data order, routes and initialisation.
     """
 
@@ -77,6 +83,8 @@ class Recipe:
     schedule_base: float = 0.3
     patience: int | None = None
     baselines: tuple[str, ...] = BASELINES
+    kd_alpha: float = 0.5
+    kd_temperature: float = 2.0
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -91,6 +99,10 @@ class Recipe:
             )
         if self.patience is not None and (not isinstance(self.patience, int) or self.patience < 1):
             raise ValueError(f"patience must be None or an integer >= 1, got {self.patience!r}")
+        if not 0.0 <= self.kd_alpha <= 1.0 or not self.kd_temperature > 0:
+            raise ValueError(
+                f"kd_alpha must be in [0, 1] and kd_temperature > 0, got {self.kd_alpha}, {self.kd_temperature}"
+            )
         unknown = [name for name in self.baselines if name not in BASELINES]
         if unknown:
             raise ValueError(f"unknown baselines {unknown}; available: {', '.join(BASELINES)}")

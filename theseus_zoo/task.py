@@ -35,6 +35,10 @@ class Task(Protocol):
 
     def loss(self, model: nn.Module, batch: Any) -> torch.Tensor: ...
 
+    def logits(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        """The model's outputs on a training batch as ``(examples, classes)`` logits (``(examples, 1)`` for
+        regression): what the ``kd`` baseline distils."""
+
     def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
         """Metrics of ``model`` (in eval mode) on a split; includes ``self.metric``."""
 
@@ -42,6 +46,9 @@ class Task(Protocol):
 
     def truncated(self, predecessor: nn.Module) -> nn.Module:
         """The baseline of the successor's size initialised from the predecessor's bottom layers."""
+
+    def scratch(self) -> nn.Module:
+        """The successor's architecture, randomly initialised (the ``scratch`` baseline)."""
 
     def latency_batch(self) -> Any:
         """A batch for timing inference."""

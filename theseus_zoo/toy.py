@@ -91,8 +91,10 @@ class ToyTask:
         return torch.stack(inputs), torch.tensor(labels)
 
     def loss(self, model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        inputs, labels = batch
-        return F.cross_entropy(model(inputs), labels)
+        return F.cross_entropy(self.logits(model, batch), batch[1])
+
+    def logits(self, model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return model(batch[0])
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
@@ -110,6 +112,9 @@ class ToyTask:
         model = copy.deepcopy(predecessor)
         model.blocks = nn.Sequential(*list(model.blocks)[: self.num_layers])
         return model
+
+    def scratch(self) -> nn.Module:
+        return ToyStack(**self.config(self.num_layers))
 
     def latency_batch(self) -> torch.Tensor:
         return self.collate(self.data["test"])[0]

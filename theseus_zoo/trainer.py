@@ -8,12 +8,15 @@ same data order, routes and schedule step:
    fine-tuned one);
 2. ``replacing``: `theseus_core.replace_`, the linear curriculum until p = 1, then
    successor fine-tuning; early stopping on the dev metric keeps the best state;
-3. ``baseline:<name>``: each baseline, same harness and step budget;
+3. ``baseline:<name>``: each baseline (``truncated``, ``scratch``, ``kd``; see
+   `theseus_zoo.recipe.BASELINES`), same harness, data order and step budget;
 4. ``report``: test metrics, parameters, size on disk, measured speedup, export,
    ``report.json`` / ``report.md`` and ``curves.png``.
 
 The loop runs on Hugging Face ``accelerate``: under ``accelerate launch`` every
 process takes its shard of each batch, and ranks draw the same routes (same seed).
+Metrics go to ``metrics.jsonl``, and to TensorBoard (``<out>/tensorboard``) when
+the ``tensorboard`` package is installed.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from accelerate import Accelerator, DistributedDataParallelKwargs
 from torch import nn
 from tqdm.auto import tqdm
@@ -96,12 +100,20 @@ class Run:
         if resume and metrics.exists():  # lines logged after the checkpoint are logged again
             os.truncate(metrics, self.state["metrics_bytes"])
         (self.out / "recipe.json").write_text(json.dumps(recipe.to_dict(), indent=2) + "\n")
+        self.tensorboard = _tensorboard_writer(self.out / "tensorboard") if self.accelerator.is_main_process else None
 
     # ----------------------------------------------------------------- logging
     def log(self, record: dict[str, Any]) -> None:
         if self.accelerator.is_main_process:
             with open(self.out / "metrics.jsonl", "a") as stream:
                 stream.write(json.dumps(record) + "\n")
+            if self.tensorboard is not None:
+                phase, step = record["phase"], record["step"]
+                for name, value in [("loss", record["loss"]), ("rate", record.get("rate"))]:
+                    if value is not None:
+                        self.tensorboard.add_scalar(f"{phase}/{name}", value, step)
+                for name, value in record.get("dev", {}).items():
+                    self.tensorboard.add_scalar(f"{phase}/dev_{name}", value, step)
 
     def save(self, **state: Any) -> None:
         """Checkpoints atomically, with the length of metrics.jsonl so a resume drops the lines logged after."""
@@ -133,13 +145,42 @@ class Run:
 
         baselines = {}
         for name in self.recipe.baselines:
-            baseline = self.task.truncated(predecessor)
+            baseline = self.task.scratch() if name == "scratch" else self.task.truncated(predecessor)
             key = f"baseline:{name}"
             if key not in self.state["done"]:
-                self._train(key, baseline, list(baseline.parameters()), self.recipe.replacing)
+                loss = self._distillation_loss(predecessor) if name == "kd" else None
+                self._train(key, baseline, list(baseline.parameters()), self.recipe.replacing, loss=loss)
             baseline.load_state_dict(self.state["done"][key]["weights"])
             baselines[name] = baseline
+        if self.tensorboard is not None:
+            self.tensorboard.close()
         return self._report(predecessor, compact, baselines)
+
+    def _distillation_loss(self, teacher: nn.Module) -> Callable[[nn.Module, Any], torch.Tensor]:
+        """Vanilla KD: ``alpha`` · task loss + ``(1 - alpha)`` · T² · KL(teacher ‖ student) at temperature T
+        (mean squared error between the outputs when they are single regression values)."""
+        teacher = copy.deepcopy(teacher).to(self.accelerator.device).eval().requires_grad_(False)
+        alpha, temperature = self.recipe.kd_alpha, self.recipe.kd_temperature
+
+        def loss(student: nn.Module, batch: Any) -> torch.Tensor:
+            with torch.no_grad():
+                target = self.task.logits(teacher, batch)
+            logits = self.task.logits(student, batch)
+            if logits.shape[-1] == 1:
+                soft = F.mse_loss(logits, target)
+            else:
+                soft = (
+                    F.kl_div(
+                        F.log_softmax(logits / temperature, dim=-1),
+                        F.log_softmax(target / temperature, dim=-1),
+                        log_target=True,
+                        reduction="batchmean",
+                    )
+                    * temperature**2
+                )
+            return alpha * self.task.loss(student, batch) + (1 - alpha) * soft
+
+        return loss
 
     def _train(
         self,
@@ -149,8 +190,11 @@ class Run:
         phase: Phase,
         theseus: th.Theseus | None = None,
         schedule: Callable[[int], float] | None = None,
+        loss: Callable[[nn.Module, Any], torch.Tensor] | None = None,
     ) -> None:
-        """Trains one phase, evaluating and checkpointing every ``phase.eval_every`` steps."""
+        """Trains one phase, evaluating and checkpointing every ``phase.eval_every`` steps; ``loss(model, batch)``
+        defaults to the task's loss."""
+        compute_loss = loss or self.task.loss
         optimizer = torch.optim.AdamW(parameters, lr=phase.lr)
         model, optimizer = self.accelerator.prepare(model, optimizer)
         unwrapped = self.accelerator.unwrap_model(model)
@@ -196,14 +240,14 @@ class Run:
                 if theseus is not None:
                     theseus.rate = schedule(step)
                 model.train()
-                loss = self.task.loss(model, batch)
-                if loss.requires_grad:  # every group on its frozen predecessor: nothing to learn this step
-                    self.accelerator.backward(loss)
+                value = compute_loss(model, batch)
+                if value.requires_grad:  # every group on its frozen predecessor: nothing to learn this step
+                    self.accelerator.backward(value)
                     optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
                 step += 1
                 bar.update(1)
-                record = {"phase": phase_name, "step": step, "loss": loss.item()}
+                record = {"phase": phase_name, "step": step, "loss": value.item()}
                 if theseus is not None:
                     record["rate"] = theseus.rate
                 evaluate = step % phase.eval_every == 0 or step == phase.steps
@@ -266,6 +310,15 @@ class Run:
         with torch.no_grad():
             times = interleaved_seconds(runs, warmup=1, repeats=repeats, device=self.accelerator.device)
         return median_ratio(times["predecessor"], times["successor"])
+
+
+def _tensorboard_writer(directory: Path) -> Any:
+    """A TensorBoard ``SummaryWriter`` when the ``tensorboard`` package is installed, else ``None``."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        return None
+    return SummaryWriter(str(directory))
 
 
 def _cpu_state(model: nn.Module) -> dict[str, torch.Tensor]:

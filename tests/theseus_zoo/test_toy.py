@@ -33,8 +33,11 @@ def test_compress_writes_report_plot_metrics_and_an_ordinary_model(tmp_path, cap
     assert compress(tmp_path) == 0
     out = tmp_path / "run"
     report = json.loads((out / "report.json").read_text())
-    assert set(report["models"]) == {"predecessor", "theseus", "baseline:truncated"}
+    baselines = {"baseline:truncated", "baseline:scratch", "baseline:kd"}
+    assert set(report["models"]) == {"predecessor", "theseus", *baselines}
     assert report["models"]["theseus"]["parameters"] < report["models"]["predecessor"]["parameters"]
+    assert {report["models"][name]["parameters"] for name in baselines} == {report["models"]["theseus"]["parameters"]}
+    assert {name for name in report["phases"]} == {"predecessor", "replacing", *baselines}
     assert report["speedup"] > 0 and (out / "curves.png").stat().st_size > 0
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if r["phase"] == "replacing"] == list(range(1, 41))
@@ -75,7 +78,7 @@ def test_a_resumed_run_ends_exactly_where_an_uninterrupted_one_does(tmp_path, mo
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["compress", "--recipe", "bert-glue-sst2"], "unknown recipe 'bert-glue-sst2'"),
+        (["compress", "--recipe", "nope"], "unknown recipe 'nope'"),
         (["compress", "--recipe", "toy", "--resume"], "no checkpoint.pt"),
         (["compress", "--recipe", "toy", "--config", "missing.json"], "does not exist"),
         (["compress", "--recipe", "toy", "--steps-to-one", "5000"], "steps_to_one must be"),
@@ -113,3 +116,25 @@ def test_phase_validation():
         Phase(steps=0, lr=1e-3)
     with pytest.raises(ValueError, match="lr"):
         Phase(steps=1, lr=-1)
+
+
+def test_the_kd_loss_is_the_task_loss_plus_the_tempered_divergence_from_the_teacher(tmp_path):
+    from theseus_zoo.recipe import get_recipe
+    from theseus_zoo.trainer import Run
+
+    task = toy.ToyTask({}, 0)
+    batch = task.collate(task.dataset("train")[:16])
+    teacher, student = task.build_predecessor().eval(), task.scratch().eval()  # no dropout noise
+    for alpha, temperature in [(1.0, 2.0), (0.0, 1.0), (0.3, 4.0)]:
+        recipe = get_recipe("toy").with_overrides({"kd_alpha": alpha, "kd_temperature": temperature})
+        loss = Run(recipe, tmp_path / f"{alpha}", progress=False)._distillation_loss(teacher)(student, batch)
+        soft = torch.nn.functional.kl_div(
+            torch.log_softmax(student(batch[0]) / temperature, -1),
+            torch.softmax(teacher(batch[0]) / temperature, -1),
+            reduction="batchmean",
+        )
+        expected = alpha * task.loss(student, batch) + (1 - alpha) * temperature**2 * soft
+        torch.testing.assert_close(loss, expected)
+    recipe = get_recipe("toy").with_overrides({"kd_alpha": 0.0})
+    same = Run(recipe, tmp_path / "same", progress=False)._distillation_loss(teacher)(teacher, batch)
+    assert same.abs().item() < 1e-6  # a student that matches its teacher has nothing left to learn
