@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .recipe import get_recipe, list_recipes, load_overrides
 
-FAMILY_MODULES = ("theseus_zoo.toy",)  # each registers its family and recipes on import
+FAMILY_MODULES = ("theseus_zoo.toy", "theseus_zoo.text")  # each registers its family and recipes on import
 
 
 def _load_catalogue() -> None:

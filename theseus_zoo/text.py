@@ -1,0 +1,242 @@
+"""The BERT family: sequence classification with Hugging Face encoders, on Rotten Tomatoes or GLUE.
+
+Family ``"bert"``. Its options (all optional):
+
+- ``model``: an asset name (``"all-minilm-l6-v2"``), a local folder, or a hub id for
+  ``from_pretrained``; a classification head of the dataset's size is put on top.
+  (default: ``"all-minilm-l6-v2"``)
+- ``dataset``: ``"rotten-tomatoes"`` (the asset, fixed 80/10/10 split) or ``"glue/<task>"``
+  (``"glue/sst2"``, ``"glue/mnli"``, ...); ``data_dir``: a local GLUE copy (default: the hub).
+- ``num_layers``, ``init``, ``group_sizes``: as in `theseus_adapters.bert.plan`.
+- ``max_length``: tokens per example (default: the GLUE task's, 128 or 256; 128 for Rotten Tomatoes);
+  batches are padded to their longest example only (dynamic padding).
+- ``eval_batch_size``: examples per evaluation forward (default: 128).
+
+Splits: Rotten Tomatoes has its own dev and test. GLUE's test labels are hidden, so, as in the
+paper, ``dev`` (early stopping) is the task's first dev split and ``test`` reports the task's
+score over all its dev splits (MNLI: the mean of matched and mismatched).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+import theseus_core as th
+
+from .recipe import Phase, Recipe, register_recipe
+from .task import register_family
+
+DEFAULT_MODEL = "all-minilm-l6-v2"
+DATASETS = ("rotten-tomatoes", "glue/<task>")
+
+
+class TextClassificationTask:
+    """`Task` for transformers sequence classifiers (BERT, RoBERTa, MiniLM, MPNet); options in the module doc."""
+
+    def __init__(self, options: dict[str, Any], seed: int) -> None:
+        known = ("model", "dataset", "data_dir", "num_layers", "init", "group_sizes", "max_length", "eval_batch_size")
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            raise ValueError(f"unknown bert options {unknown}; known: {', '.join(known)}")
+        self.model_name = options.get("model", DEFAULT_MODEL)
+        self.dataset_name = options.get("dataset", "rotten-tomatoes")
+        self.data_dir = options.get("data_dir")
+        self.num_layers = options.get("num_layers", 3)
+        self.init = options.get("init", "first")
+        self.group_sizes = options.get("group_sizes")
+        self.max_length = options.get("max_length")
+        self.eval_batch_size = options.get("eval_batch_size", 128)
+        self.glue = None
+        if self.dataset_name.startswith("glue/"):
+            from .glue import get_task
+
+            self.glue = get_task(self.dataset_name.removeprefix("glue/"))
+            self.max_length = self.max_length or self.glue.max_length
+        elif self.dataset_name != "rotten-tomatoes":
+            raise ValueError(f"unknown dataset {self.dataset_name!r}; give one of: {', '.join(DATASETS)}")
+        self.max_length = self.max_length or 128
+        self.metric = "score" if self.glue is not None else "accuracy"
+        self._examples: dict[str, list[dict[str, Any]]] | None = None
+
+    # ------------------------------------------------------------ model and data
+    def model_path(self) -> str:
+        """The folder or hub id ``from_pretrained`` gets: an asset's cached folder for asset names."""
+        from .assets import ASSETS, asset_path
+
+        return str(asset_path(self.model_name)) if self.model_name in ASSETS else self.model_name
+
+    def check(self) -> None:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(self.model_path())  # raises MissingAssetError / OSError naming the fix
+        layers = config.num_hidden_layers
+        if not isinstance(self.num_layers, int) or not 1 <= self.num_layers < layers:
+            raise ValueError(
+                f"num_layers must be an integer in [1, {layers}) for {self.model_name}, got {self.num_layers}"
+            )
+        if self.group_sizes is not None and (
+            len(self.group_sizes) != self.num_layers or sum(self.group_sizes) != layers
+        ):
+            raise ValueError(f"group_sizes {self.group_sizes} must be {self.num_layers} sizes summing to {layers}")
+        self.examples()  # loads and tokenizes: a missing dataset or column fails here, before training
+
+    @property
+    def num_labels(self) -> int:
+        return self.glue.num_labels if self.glue is not None else 2
+
+    def tokenizer(self) -> Any:
+        from transformers import AutoTokenizer
+
+        if not hasattr(self, "_tokenizer"):
+            self._tokenizer = AutoTokenizer.from_pretrained(self.model_path())
+        return self._tokenizer
+
+    def build_predecessor(self) -> nn.Module:
+        from transformers import AutoModelForSequenceClassification
+        from transformers.utils import logging
+
+        verbosity, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
+        logging.set_verbosity_error()  # "some weights are newly initialized": the head, as intended
+        logging.disable_progress_bar()
+        try:
+            model = AutoModelForSequenceClassification.from_pretrained(self.model_path(), num_labels=self.num_labels)
+        finally:
+            logging.set_verbosity(verbosity)
+            if bars:
+                logging.enable_progress_bar()
+        return model
+
+    def _splits(self) -> dict[str, Any]:
+        """``{split: datasets.Dataset}`` for the dev/test splits of the module doc, and ``train``."""
+        if self.glue is None:
+            from .rotten_tomatoes import load_rotten_tomatoes
+
+            loaded = load_rotten_tomatoes()
+            return {"train": loaded["train"], "dev": loaded["validation"], "test": loaded["test"]}
+        from .glue import load_glue
+
+        loaded = load_glue(self.glue, self.data_dir)
+        splits = {"train": loaded["train"], "dev": loaded[self.glue.dev_splits[0]]}
+        splits.update({f"test:{split}": loaded[split] for split in self.glue.dev_splits})
+        return splits
+
+    def examples(self) -> dict[str, list[dict[str, Any]]]:
+        """Every split tokenized once (lists of token ids and the label)."""
+        if self._examples is None:
+            columns = self.glue.text_columns if self.glue is not None else ("text",)
+            tokenizer, examples = self.tokenizer(), {}
+            for split, data in self._splits().items():
+                missing = [c for c in (*columns, "label") if c not in data.column_names]
+                if missing:
+                    raise ValueError(f"the {split} split has no column {missing}; its columns: {data.column_names}")
+                encoded = tokenizer(*(list(data[c]) for c in columns), truncation=True, max_length=self.max_length)
+                labels = list(data["label"])
+                examples[split] = [
+                    {**{key: values[i] for key, values in encoded.items()}, "labels": labels[i]}
+                    for i in range(len(labels))
+                ]
+            self._examples = examples
+        return self._examples
+
+    def dataset(self, split: str) -> list[dict[str, Any]]:
+        return self.examples()[split if split != "test" or self.glue is None else f"test:{self.glue.dev_splits[0]}"]
+
+    def collate(self, examples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        """Pads to the longest example of the batch."""
+        batch = self.tokenizer().pad(
+            [{k: v for k, v in e.items() if k != "labels"} for e in examples], return_tensors="pt"
+        )
+        labels = [e["labels"] for e in examples]
+        batch["labels"] = torch.tensor(labels, dtype=torch.float if self.num_labels == 1 else torch.long)
+        return dict(batch)
+
+    # ------------------------------------------------------------------ training
+    def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return model(**batch).loss
+
+    def logits(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return model(**{k: v for k, v in batch.items() if k != "labels"}).logits
+
+    @torch.no_grad()
+    def predict(self, model: nn.Module, examples: list[dict[str, Any]]) -> torch.Tensor:
+        """Logits of ``examples`` in their order, batched by length (little padding)."""
+        model.eval()
+        device = next(model.parameters()).device
+        order = sorted(range(len(examples)), key=lambda i: len(examples[i]["input_ids"]))
+        logits = torch.empty(len(examples), self.num_labels)
+        for start in range(0, len(order), self.eval_batch_size):
+            chosen = order[start : start + self.eval_batch_size]
+            batch = self.collate([examples[i] for i in chosen])
+            batch.pop("labels")
+            logits[chosen] = model(**{k: v.to(device) for k, v in batch.items()}).logits.float().cpu()
+        return logits
+
+    def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
+        if self.glue is None:
+            examples = self.dataset(split)
+            labels = torch.tensor([e["labels"] for e in examples])
+            return {"accuracy": (self.predict(model, examples).argmax(1) == labels).float().mean().item()}
+        from .glue import compute_metrics, task_score
+
+        names = [self.glue.dev_splits[0]] if split == "dev" else list(self.glue.dev_splits)
+        results = {}
+        for name in names:
+            examples = self.examples()["dev" if split == "dev" else f"test:{name}"]
+            logits = self.predict(model, examples)
+            predictions = logits[:, 0] if self.num_labels == 1 else logits.argmax(1)
+            results[name] = compute_metrics(self.glue, predictions.numpy(), [e["labels"] for e in examples])
+        metrics = {f"{name}/{key}": value for name, result in results.items() for key, value in result.items()}
+        return {**metrics, "score": task_score(self.glue, results) if split != "dev" else results[names[0]]["score"]}
+
+    def plan(self, model: nn.Module) -> th.Plan:
+        from theseus_adapters import bert
+
+        return bert.plan(model, self.num_layers, init=self.init, group_sizes=self.group_sizes)
+
+    def truncated(self, predecessor: nn.Module) -> nn.Module:
+        """The predecessor with only the layers the successors start from (the bottom ones for ``init="first"``)."""
+        model = copy.deepcopy(predecessor)
+        return th.replace_(model, self.plan(model)).finalize()
+
+    def scratch(self) -> nn.Module:
+        from transformers import AutoConfig, AutoModelForSequenceClassification
+
+        config = AutoConfig.from_pretrained(self.model_path(), num_labels=self.num_labels)
+        config.num_hidden_layers = self.num_layers
+        return AutoModelForSequenceClassification.from_config(config)
+
+    def latency_batch(self) -> dict[str, torch.Tensor]:
+        batch = self.collate(self.dataset("test")[:32])
+        batch.pop("labels")
+        return batch
+
+    def forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> Any:
+        return model(**batch).logits
+
+    def export(self, model: nn.Module, directory: Path) -> list[Path]:
+        """``save_pretrained`` of the model and the tokenizer: ``AutoModelForSequenceClassification`` loads it."""
+        directory.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(directory)
+        self.tokenizer().save_pretrained(directory)
+        return sorted(path for path in directory.iterdir() if path.is_file())
+
+
+register_family("bert")(TextClassificationTask)
+
+MINILM_ROTTEN_TOMATOES = register_recipe(
+    Recipe(
+        name="minilm-rotten-tomatoes",
+        family="bert",
+        description="all-MiniLM-L6-v2 6 -> 3 layers on Rotten Tomatoes sentiment (the offline default; CPU minutes)",
+        options={"model": "all-minilm-l6-v2", "dataset": "rotten-tomatoes", "num_layers": 3},
+        predecessor=Phase(steps=300, lr=5e-5, batch_size=32, eval_every=100),
+        replacing=Phase(steps=300, lr=5e-5, batch_size=32, eval_every=100),
+        steps_to_one=150,
+        baselines=("truncated", "kd"),
+    )
+)
