@@ -2,6 +2,8 @@
 
     theseus recipes [PATTERN]
     theseus compress --recipe NAME [--out DIR] [--config FILE.json] [--seed N] [--steps-to-one N] [--resume]
+                     [--predecessor-from RUN_DIR]
+    theseus sweep --recipe NAME (--grid FIELD=V1,V2,... ... | --paper-grid) [--out DIR] [same flags]
 
 Bad input ends with one line on stderr that says what to do (exit status 2),
 before any training. Ctrl-C keeps the last checkpoint: ``--resume`` continues.
@@ -14,7 +16,7 @@ import importlib
 import sys
 from pathlib import Path
 
-from .recipe import get_recipe, list_recipes, load_overrides
+from .recipe import Recipe, get_recipe, list_recipes, load_overrides
 
 FAMILY_MODULES = ("theseus_zoo.toy", "theseus_zoo.text")  # each registers its family and recipes on import
 
@@ -30,14 +32,30 @@ def _parser() -> argparse.ArgumentParser:
     recipes = commands.add_parser("recipes", help="list the recipes")
     recipes.add_argument("pattern", nargs="?", default="*", help="glob on recipe names (default: all)")
     compress = commands.add_parser("compress", help="run a recipe: predecessor, compression, baselines, report")
-    compress.add_argument("--recipe", required=True, help="a name from `theseus recipes`")
-    compress.add_argument("--out", type=Path, help="output directory (default: runs/<recipe>)")
-    compress.add_argument("--config", type=Path, help="JSON object of recipe fields to override")
-    compress.add_argument("--seed", type=int, help="override the recipe's seed")
-    compress.add_argument("--steps-to-one", type=int, help="step at which the replacing rate reaches 1")
-    compress.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
-    compress.add_argument("--no-progress", action="store_true", help="no progress bars")
+    sweep = commands.add_parser("sweep", help="run a recipe over a grid of its fields; the best on dev wins")
+    for command in (compress, sweep):
+        command.add_argument("--recipe", required=True, help="a name from `theseus recipes`")
+        command.add_argument("--out", type=Path, help="output directory (default: runs/<recipe>[-sweep])")
+        command.add_argument("--config", type=Path, help="JSON object of recipe fields to override")
+        command.add_argument("--seed", type=int, help="override the recipe's seed")
+        command.add_argument("--steps-to-one", type=int, help="step at which the replacing rate reaches 1")
+        command.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+        command.add_argument("--no-progress", action="store_true", help="no progress bars")
+    compress.add_argument(
+        "--predecessor-from", type=Path, help="a run directory whose fine-tuned predecessor to take (same recipe)"
+    )
+    sweep.add_argument("--grid", action="append", default=[], help="FIELD=V1,V2,... (repeatable; FIELD may be dotted)")
+    sweep.add_argument("--paper-grid", action="store_true", help="BERT-of-Theseus' grid: lr, basic rate b, steps to 1")
     return parser
+
+
+def _recipe(args: argparse.Namespace) -> Recipe:
+    overrides = load_overrides(args.config) if args.config else {}
+    if args.seed is not None:
+        overrides["seed"] = args.seed
+    if args.steps_to_one is not None:
+        overrides["steps_to_one"] = args.steps_to_one
+    return get_recipe(args.recipe).with_overrides(overrides)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,29 +63,38 @@ def main(argv: list[str] | None = None) -> int:
     _load_catalogue()
     try:
         if args.command == "recipes":
-            for recipe in list_recipes(args.pattern):
-                print(f"{recipe.name:<16} {recipe.family:<8} {recipe.description}")
+            recipes = list_recipes(args.pattern)
+            width = max((len(recipe.name) for recipe in recipes), default=0)
+            for recipe in recipes:
+                print(f"{recipe.name:<{width}}  {recipe.family:<6}  {recipe.description}")
             return 0
-        recipe = get_recipe(args.recipe)
-        overrides = load_overrides(args.config) if args.config else {}
-        if args.seed is not None:
-            overrides["seed"] = args.seed
-        if args.steps_to_one is not None:
-            overrides["steps_to_one"] = args.steps_to_one
-        recipe = recipe.with_overrides(overrides)
+        recipe = _recipe(args)
+        if args.command == "sweep":
+            from .sweep import PAPER_GRID, markdown, parse_grid, sweep
+
+            grid = {**(PAPER_GRID if args.paper_grid else {}), **parse_grid(args.grid)}
+            if not grid:
+                raise ValueError("give --grid FIELD=V1,V2,... (repeatable) or --paper-grid")
+            out = args.out or Path("runs") / f"{recipe.name}-sweep"
+            print(markdown(sweep(recipe, grid, out, resume=args.resume, progress=not args.no_progress)))
+            print(f"every point's run, sweep.json and sweep.md are in {out}")
+            return 0
         from .trainer import Run  # heavy imports (accelerate) only for a run
 
-        run = Run(recipe, args.out or Path("runs") / recipe.name, resume=args.resume, progress=not args.no_progress)
-        report = run.run()
+        out = args.out or Path("runs") / recipe.name
+        run = Run(
+            recipe, out, resume=args.resume, progress=not args.no_progress, predecessor_from=args.predecessor_from
+        )
+        run.run()
     except (ValueError, KeyError, FileNotFoundError) as error:
         print(f"theseus: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("\ntheseus: interrupted; the last checkpoint is kept: rerun with --resume", file=sys.stderr)
         return 130
-    print((run.out / "report.md").read_text())
-    print(f"report, curves.png, metrics.jsonl and the exported model are in {run.out}")
-    return 0 if report else 1
+    print((out / "report.md").read_text())
+    print(f"report, curves.png, metrics.jsonl and the exported model are in {out}")
+    return 0
 
 
 if __name__ == "__main__":

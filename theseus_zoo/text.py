@@ -105,7 +105,9 @@ class TextClassificationTask:
         logging.disable_progress_bar()
         try:
             model = AutoModelForSequenceClassification.from_pretrained(
-                self.model_path(), num_labels=self.num_labels, ignore_mismatched_sizes=True  # a head of another size
+                self.model_path(),
+                num_labels=self.num_labels,
+                ignore_mismatched_sizes=True,  # a head of another size
             )
         finally:
             logging.set_verbosity(verbosity)

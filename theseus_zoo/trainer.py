@@ -75,13 +75,24 @@ def _set_rng_state(state: dict[str, Any]) -> None:
 class Run:
     """One compression run of a recipe into an output directory."""
 
-    def __init__(self, recipe: Recipe, out: Path, *, resume: bool = False, progress: bool = True) -> None:
+    def __init__(
+        self,
+        recipe: Recipe,
+        out: Path,
+        *,
+        resume: bool = False,
+        progress: bool = True,
+        predecessor_from: Path | None = None,
+    ) -> None:
+        """``predecessor_from``: a run directory whose fine-tuned predecessor this run takes instead of training
+        its own; that run must have the same family, options, predecessor phase and seed."""
         self.recipe, self.out, self.progress = recipe, Path(out), progress
         checkpoint = self.out / CHECKPOINT
         if resume and not checkpoint.exists():
             raise RunError(f"--resume: no {CHECKPOINT} in {self.out}; start without --resume")
         if not resume and checkpoint.exists():
             raise RunError(f"{self.out} holds a run already; pass --resume to continue it, or choose another --out")
+        borrowed = _finished_predecessor(Path(predecessor_from), recipe) if predecessor_from and not resume else None
         self.task: Task = build_task(recipe.family, recipe.options, recipe.seed)
         self.task.check()
         self.out.mkdir(parents=True, exist_ok=True)
@@ -90,6 +101,8 @@ class Run:
             kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)],  # one branch per step
         )
         self.state: dict[str, Any] = torch.load(checkpoint, weights_only=False) if resume else {"done": {}}
+        if borrowed is not None:
+            self.state["done"]["predecessor"] = borrowed
         if resume and self.state.get("recipe") != recipe.to_dict():
             raise RunError(
                 f"--resume: the run in {self.out} used another recipe (see its recipe.json); "
@@ -310,6 +323,23 @@ class Run:
         with torch.no_grad():
             times = interleaved_seconds(runs, warmup=1, repeats=repeats, device=self.accelerator.device)
         return median_ratio(times["predecessor"], times["successor"])
+
+
+def _finished_predecessor(run: Path, recipe: Recipe) -> dict[str, Any]:
+    """The fine-tuned predecessor phase of the run in ``run``, checked to be the one ``recipe`` would train."""
+    if not (run / CHECKPOINT).exists():
+        raise RunError(f"--predecessor-from: no {CHECKPOINT} in {run}")
+    state = torch.load(run / CHECKPOINT, weights_only=False)
+    if "predecessor" not in state["done"]:
+        raise RunError(f"--predecessor-from: the run in {run} has not finished fine-tuning its predecessor")
+    theirs, ours = state["recipe"], recipe.to_dict()
+    differing = [key for key in ("family", "options", "predecessor", "seed") if theirs[key] != ours[key]]
+    if differing:
+        raise RunError(
+            f"--predecessor-from: the run in {run} has another {', '.join(differing)}; its predecessor "
+            f"is not the one this recipe trains"
+        )
+    return state["done"]["predecessor"]
 
 
 def _tensorboard_writer(directory: Path) -> Any:
