@@ -28,7 +28,9 @@ from typing import Any
 from .harness import environment, markdown_table, write_report
 
 
-def run_seed(recipe: str, seed: int, out: Path, threads: int, config: Path | None) -> dict[str, Any]:
+def run_seed(
+    recipe: str, seed: int, out: Path, threads: int, config: Path | None, predecessor_from: Path | None = None
+) -> dict[str, Any]:
     """One ``theseus compress`` run (resumed when a checkpoint is there); returns its report."""
     report = out / "report.json"
     if not report.exists():
@@ -36,6 +38,8 @@ def run_seed(recipe: str, seed: int, out: Path, threads: int, config: Path | Non
         command += ["--out", str(out), "--no-progress"] + (["--config", str(config)] if config else [])
         if (out / "checkpoint.pt").exists():
             command.append("--resume")
+        elif predecessor_from is not None:
+            command += ["--predecessor-from", str(predecessor_from)]
         environment = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
         log = out.parent / f"seed{seed}.log"
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -73,18 +77,29 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jobs", type=int, default=1, help="runs at once")
     parser.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 1)), help="threads per run")
     parser.add_argument("--config", type=Path, help="JSON recipe overrides, passed to every run")
+    parser.add_argument(
+        "--shared-predecessor",
+        action="store_true",
+        help="fine-tune the predecessor once (first seed); the other seeds vary compression and baselines only",
+    )
     parser.add_argument("--runs", type=Path, default=Path("runs/bench"))
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args(argv)
     start = time.perf_counter()
+    directory = {seed: args.runs / args.recipe / f"seed{seed}" for seed in args.seeds}
+    reports, shared = {}, None
+    if args.shared_predecessor:  # the first seed alone on every thread, then the others from its predecessor
+        first = args.seeds[0]
+        reports[first] = run_seed(args.recipe, first, directory[first], args.jobs * args.threads, args.config)
+        shared = directory[first]
     with ThreadPoolExecutor(args.jobs) as pool:
         futures = {
-            seed: pool.submit(
-                run_seed, args.recipe, seed, args.runs / args.recipe / f"seed{seed}", args.threads, args.config
-            )
+            seed: pool.submit(run_seed, args.recipe, seed, directory[seed], args.threads, args.config, shared)
             for seed in args.seeds
+            if seed not in reports
         }
-        reports = {seed: future.result() for seed, future in futures.items()}
+        reports.update({seed: future.result() for seed, future in futures.items()})
+    reports = {seed: reports[seed] for seed in args.seeds}
     summary = summarize(reports)
     command = "python -m benchmarks.recipes " + shlex.join(sys.argv[1:] if argv is None else argv)
     results = {
@@ -110,6 +125,11 @@ def main(argv: list[str] | None = None) -> None:
         [
             f"# Recipe `{args.recipe}`: median of {len(args.seeds)} seeds\n",
             f"{description}\n",
+            *(
+                [f"The predecessor was fine-tuned once (seed {args.seeds[0]}); seeds vary compression and baselines.\n"]
+                if args.shared_predecessor
+                else []
+            ),
             markdown_table(
                 ["model", f"test {metric} (median)", "range over seeds", "retention (median)", "parameters"], rows
             ),

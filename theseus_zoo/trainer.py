@@ -85,7 +85,8 @@ class Run:
         predecessor_from: Path | None = None,
     ) -> None:
         """``predecessor_from``: a run directory whose fine-tuned predecessor this run takes instead of training
-        its own; that run must have the same family, options, predecessor phase and seed."""
+        its own; that run must have the same family, options and predecessor phase (its seed may differ: seeds
+        then vary the compression and the baselines only)."""
         self.recipe, self.out, self.progress = recipe, Path(out), progress
         checkpoint = self.out / CHECKPOINT
         if resume and not checkpoint.exists():
@@ -102,7 +103,7 @@ class Run:
         )
         self.state: dict[str, Any] = torch.load(checkpoint, weights_only=False) if resume else {"done": {}}
         if borrowed is not None:
-            self.state["done"]["predecessor"] = borrowed
+            self.state["done"]["predecessor"] = {**borrowed, "from": str(predecessor_from)}
         if resume and self.state.get("recipe") != recipe.to_dict():
             raise RunError(
                 f"--resume: the run in {self.out} used another recipe (see its recipe.json); "
@@ -333,7 +334,7 @@ def _finished_predecessor(run: Path, recipe: Recipe) -> dict[str, Any]:
     if "predecessor" not in state["done"]:
         raise RunError(f"--predecessor-from: the run in {run} has not finished fine-tuning its predecessor")
     theirs, ours = state["recipe"], recipe.to_dict()
-    differing = [key for key in ("family", "options", "predecessor", "seed") if theirs[key] != ours[key]]
+    differing = [key for key in ("family", "options", "predecessor") if theirs[key] != ours[key]]
     if differing:
         raise RunError(
             f"--predecessor-from: the run in {run} has another {', '.join(differing)}; its predecessor "

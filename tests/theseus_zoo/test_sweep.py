@@ -72,6 +72,19 @@ def test_predecessor_from_takes_a_finished_predecessor_of_the_same_recipe_only(t
     assert first["models"]["predecessor"] == second["models"]["predecessor"]
     assert "predecessor" not in (tmp_path / "second" / "metrics.jsonl").read_text()
     capsys.readouterr()
-    other = [*base, "--seed", "1", "--out", str(tmp_path / "third"), "--predecessor-from", str(tmp_path / "first")]
+    assert json.loads((tmp_path / "second" / "report.json").read_text())["phases"]["predecessor"]["from"] == str(
+        tmp_path / "first"
+    )
+    wider = tmp_path / "wider.json"
+    wider.write_text(json.dumps({**TINY, "options": {"width": 32}}))
+    other = [
+        *base,
+        "--config",
+        str(wider),
+        "--out",
+        str(tmp_path / "third"),
+        "--predecessor-from",
+        str(tmp_path / "first"),
+    ]
     assert cli.main(other) == 2
-    assert "has another seed" in capsys.readouterr().err
+    assert "has another options" in capsys.readouterr().err
