@@ -97,6 +97,16 @@ class TextClassificationTask:
     def num_labels(self) -> int:
         return self.glue.num_labels if self.glue is not None else 2
 
+    def config(self) -> Any:
+        """The checkpoint's config with a head for this dataset (one fine-tuned on another task has another)."""
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(self.model_path())
+        config.problem_type = "regression" if self.num_labels == 1 else "single_label_classification"
+        if config.num_labels != self.num_labels:
+            config.num_labels = self.num_labels  # also resets the label names
+        return config
+
     def tokenizer(self) -> Any:
         from transformers import AutoTokenizer
 
@@ -114,8 +124,8 @@ class TextClassificationTask:
         try:
             model = AutoModelForSequenceClassification.from_pretrained(
                 self.model_path(),
-                num_labels=self.num_labels,
-                ignore_mismatched_sizes=True,  # a head of another size
+                config=self.config(),
+                ignore_mismatched_sizes=True,  # another head size: replaced
             )
         finally:
             logging.set_verbosity(verbosity)
@@ -216,9 +226,9 @@ class TextClassificationTask:
         return th.replace_(model, self.plan(model)).finalize()
 
     def scratch(self) -> nn.Module:
-        from transformers import AutoConfig, AutoModelForSequenceClassification
+        from transformers import AutoModelForSequenceClassification
 
-        config = AutoConfig.from_pretrained(self.model_path(), num_labels=self.num_labels)
+        config = self.config()
         config.num_hidden_layers = self.num_layers
         return AutoModelForSequenceClassification.from_config(config)
 

@@ -171,3 +171,15 @@ def test_a_model_that_cannot_be_loaded_ends_in_one_line(tmp_path, capsys):
     assert compress(tmp_path, {"model": str(tmp_path / "no-such-model")}) == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert error.startswith("theseus: error: cannot load the model") and "local folder" in error
+
+
+def test_intermediate_task_transfer_fine_tunes_an_exported_successor_on_another_task(tiny_model, tmp_path):
+    sst2 = {"model": str(tiny_model), "dataset": "glue/sst2", "data_dir": str(write_glue(tmp_path / "a", "sst2"))}
+    assert compress(tmp_path, {**sst2, "num_layers": 2}, baselines=(), out="first") == 0
+    stsb = {"model": str(tmp_path / "first" / "model"), "dataset": "glue/stsb", "num_layers": 1}
+    assert compress(tmp_path, {**stsb, "data_dir": str(write_glue(tmp_path / "b", "stsb"))}, baselines=()) == 0
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    transferred = report["models"]["predecessor"]
+    assert {"validation/pearson", "validation/spearman"} <= set(transferred["test"])  # scored as STS-B
+    first = json.loads((tmp_path / "first" / "report.json").read_text())
+    assert transferred["parameters"] == first["models"]["theseus"]["parameters"] - 33  # head: 2 x (32 + 1) -> 32 + 1
