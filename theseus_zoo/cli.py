@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .recipe import Recipe, get_recipe, list_recipes, load_overrides
 
-FAMILY_MODULES = ("theseus_zoo.toy", "theseus_zoo.text")  # each registers its family and recipes on import
+FAMILY_MODULES = ("theseus_zoo.toy", "theseus_zoo.text", "theseus_zoo.graphs")  # each registers its family and recipes
 
 
 def _load_catalogue() -> None:
