@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     start = time.perf_counter()
     directory = {seed: args.runs / args.recipe / f"seed{seed}" for seed in args.seeds}
+    finished_before = [seed for seed in args.seeds if (directory[seed] / "report.json").exists()]
     reports, shared = {}, None
     if args.shared_predecessor:  # the first seed alone on every thread, then the others from its predecessor
         first = args.seeds[0]
@@ -136,7 +137,9 @@ def main(argv: list[str] | None = None) -> None:
             f"\nExported successor vs predecessor, measured inference speedup (eager, median over seeds): "
             f"{summary['median_speedup']:.2f}x (per seed: {', '.join(f'{s:.2f}' for s in summary['speedups'])}).",
             f"\nCommand: `{command}` ({results['seconds'] / 60:.1f} min on {results['environment']['processor']}"
-            f" with {args.jobs} job(s) x {args.threads} thread(s)).\n",
+            f" with {args.jobs} job(s) x {args.threads} thread(s)"
+            + (f"; seeds {finished_before} were found finished in {args.runs} and not rerun" if finished_before else "")
+            + ").\n",
         ]
     )
     write_report(results, args.out, f"recipe-{args.recipe}", markdown)

@@ -18,7 +18,12 @@ from pathlib import Path
 
 from .recipe import Recipe, get_recipe, list_recipes, load_overrides
 
-FAMILY_MODULES = ("theseus_zoo.toy", "theseus_zoo.text", "theseus_zoo.graphs")  # each registers its family and recipes
+FAMILY_MODULES = (
+    "theseus_zoo.toy",
+    "theseus_zoo.text",
+    "theseus_zoo.graphs",
+    "theseus_zoo.images",
+)  # register on import
 
 
 def _load_catalogue() -> None:
