@@ -33,7 +33,7 @@ from torch import nn
 import theseus_core as th
 
 SUPPORTED_MODEL_TYPES = ("bert", "roberta", "mpnet")
-INITS = ("first", "every_other", "last")
+INITS = ("first", "every_other", "group_last", "last")
 
 
 def encoder_layers_path(model: nn.Module) -> str:
@@ -72,6 +72,11 @@ def _initial_layers(init: str | Sequence[int], group_sizes: list[int], num_layer
             for size in group_sizes[:-1]:
                 starts.append(starts[-1] + size)
             return starts
+        if init == "group_last":  # each group's own last layer, whose output the next group expects: 1, 3, 5, ...
+            ends = [group_sizes[0] - 1]
+            for size in group_sizes[1:]:
+                ends.append(ends[-1] + size)
+            return ends
         raise ValueError(f"init must be one of {INITS} or a list of {num_layers} layer indices, got {init!r}")
     indices = list(init)
     if len(indices) != num_layers or not all(isinstance(i, int) and 0 <= i < total for i in indices):
@@ -115,7 +120,8 @@ def plan(
         num_layers: Successor layers, one per group, ``1 <= num_layers < n``. (default: ``6``)
         init: Which predecessor layer each successor starts from: ``"first"`` (the
             bottom ``num_layers`` layers, the paper's choice), ``"every_other"``
-            (each group's first layer), ``"last"`` (the top layers), or a list of
+            (each group's first layer), ``"group_last"`` (each group's last layer),
+            ``"last"`` (the top layers), or a list of
             ``num_layers`` indices. Ignored with ``hidden_size``. (default: ``"first"``)
         group_sizes: Layers per group, summing to ``n``. (default: as even as
             possible, larger groups first)

@@ -94,7 +94,13 @@ def test_exported_model_reloads_in_plain_transformers_with_identical_logits(fami
 
 @pytest.mark.parametrize(
     ("init", "sources"),
-    [("first", [0, 1, 2]), ("last", [4, 5, 6]), ("every_other", [0, 3, 5]), ([6, 0, 3], [6, 0, 3])],
+    [
+        ("first", [0, 1, 2]),
+        ("last", [4, 5, 6]),
+        ("every_other", [0, 3, 5]),
+        ("group_last", [2, 4, 6]),
+        ([6, 0, 3], [6, 0, 3]),
+    ],
 )
 def test_successors_start_from_the_chosen_layers(init, sources):
     model = tiny("bert", layers=7)  # 7 → 3: groups of 3, 2, 2
