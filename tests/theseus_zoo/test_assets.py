@@ -14,9 +14,9 @@ import pytest
 from theseus_zoo import assets
 
 
-def tar_gz(files: dict[str, bytes]) -> bytes:
+def tar_gz(files: dict[str, bytes], compression: str = "gz") -> bytes:
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as bundle:
+    with tarfile.open(fileobj=buffer, mode=f"w:{compression}") as bundle:
         for name, content in files.items():
             info = tarfile.TarInfo(name)
             info.size = len(content)
@@ -40,20 +40,10 @@ SDIST = tar_gz(
 )
 
 
-def tar_xz(files: dict[str, bytes]) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:xz") as bundle:
-        for name, content in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(content)
-            bundle.addfile(info, io.BytesIO(content))
-    return buffer.getvalue()
-
-
 def deb(files: dict[str, bytes]) -> bytes:
     """A Debian package: an ar archive of debian-binary, control.tar.xz and data.tar.xz (odd sizes padded)."""
-    members = {"debian-binary": b"2.0\n", "control.tar.xz": tar_xz({"./control": b"Package: pkg"})}
-    members["data.tar.xz"] = tar_xz(files)
+    members = {"debian-binary": b"2.0\n", "control.tar.xz": tar_gz({"./control": b"Package: pkg"}, "xz")}
+    members["data.tar.xz"] = tar_gz(files, "xz")
     out = b"!<arch>\n"
     for name, body in members.items():
         out += f"{name:<16}{0:<12}{0:<6}{0:<6}{644:<8}{len(body):<10}`\n".encode() + body + b"\n" * (len(body) % 2)
