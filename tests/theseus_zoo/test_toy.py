@@ -138,3 +138,25 @@ def test_the_kd_loss_is_the_task_loss_plus_the_tempered_divergence_from_the_teac
     recipe = get_recipe("toy").with_overrides({"kd_alpha": 0.0})
     same = Run(recipe, tmp_path / "same", progress=False)._distillation_loss(teacher)(teacher, batch)
     assert same.abs().item() < 1e-6  # a student that matches its teacher has nothing left to learn
+
+
+def test_metrics_go_to_tensorboard_when_it_is_installed(tmp_path, monkeypatch):
+    from theseus_zoo import trainer
+
+    class Writer:  # records what a SummaryWriter would be given
+        def __init__(self):
+            self.scalars, self.closed = [], False
+
+        def add_scalar(self, tag, value, step):
+            self.scalars.append((tag, value, step))
+
+        def close(self):
+            self.closed = True
+
+    writer = Writer()
+    monkeypatch.setattr(trainer, "_tensorboard_writer", lambda directory: writer)
+    assert compress(tmp_path) == 0
+    tags = {tag for tag, _, _ in writer.scalars}
+    assert {"predecessor/loss", "predecessor/dev_accuracy", "replacing/rate", "baseline:kd/loss"} <= tags
+    rates = [value for tag, value, _ in writer.scalars if tag == "replacing/rate"]
+    assert len(rates) == TINY["replacing"]["steps"] and rates[-1] == 1.0 and writer.closed
