@@ -142,7 +142,7 @@ def markdown(summary: Mapping[str, Any]) -> str:
         if "skipped" in row:
             lines.append("| " + " | ".join([*values, "skipped", "", "", row["skipped"]]) + " |")
         else:
-            mark = "best on dev" if row is summary["best"] or row == summary["best"] else ""
+            mark = "best on dev" if row == summary["best"] else ""
             cells = [f"{row['dev']:.4f}", f"{row['test']:.4f}", f"{row['retention_percent']:.1f}%", mark]
             lines.append("| " + " | ".join([*values, *cells]) + " |")
     best = summary["best"]

@@ -71,18 +71,7 @@ class TextClassificationTask:
         return str(asset_path(self.model_name)) if self.model_name in ASSETS else self.model_name
 
     def check(self) -> None:
-        from transformers import AutoConfig
-
-        try:
-            config = AutoConfig.from_pretrained(self.model_path())  # a missing asset raises, naming the fetch command
-        except OSError as error:
-            if isinstance(error, FileNotFoundError):
-                raise
-            raise ValueError(
-                f"cannot load the model {self.model_name!r} ({str(error).splitlines()[0]}); give options.model as a "
-                f"local folder, an asset name, or a hub id with a network"
-            ) from None
-        layers = config.num_hidden_layers
+        layers = self.config().num_hidden_layers
         if not isinstance(self.num_layers, int) or not 1 <= self.num_layers < layers:
             raise ValueError(
                 f"num_layers must be an integer in [1, {layers}) for {self.model_name}, got {self.num_layers}"
@@ -101,7 +90,15 @@ class TextClassificationTask:
         """The checkpoint's config with a head for this dataset (one fine-tuned on another task has another)."""
         from transformers import AutoConfig
 
-        config = AutoConfig.from_pretrained(self.model_path())
+        try:
+            config = AutoConfig.from_pretrained(self.model_path())  # a missing asset raises, naming the fetch command
+        except OSError as error:
+            if isinstance(error, FileNotFoundError):
+                raise
+            raise ValueError(
+                f"cannot load the model {self.model_name!r} ({str(error).splitlines()[0]}); give options.model as a "
+                f"local folder, an asset name, or a hub id with a network"
+            ) from None
         config.problem_type = "regression" if self.num_labels == 1 else "single_label_classification"
         if config.num_labels != self.num_labels:
             config.num_labels = self.num_labels  # also resets the label names
@@ -134,18 +131,21 @@ class TextClassificationTask:
         return model
 
     def _splits(self) -> dict[str, Any]:
-        """``{split: datasets.Dataset}`` for the dev/test splits of the module doc, and ``train``."""
+        """``{name: datasets.Dataset}``: ``train``, ``validation`` and ``test`` for Rotten Tomatoes; ``train`` and
+        the task's dev splits for GLUE (`_split_name` maps the trainer's split names onto these)."""
         if self.glue is None:
             from .rotten_tomatoes import load_rotten_tomatoes
 
-            loaded = load_rotten_tomatoes()
-            return {"train": loaded["train"], "dev": loaded["validation"], "test": loaded["test"]}
+            return dict(load_rotten_tomatoes())
         from .glue import load_glue
 
-        loaded = load_glue(self.glue, self.data_dir)
-        splits = {"train": loaded["train"], "dev": loaded[self.glue.dev_splits[0]]}
-        splits.update({f"test:{split}": loaded[split] for split in self.glue.dev_splits})
-        return splits
+        return dict(load_glue(self.glue, self.data_dir))
+
+    def _split_name(self, split: str) -> str:
+        """``"dev"`` is the (first) validation split; GLUE's ``"test"`` is its first dev split too (hidden labels)."""
+        if split == "dev" or (split == "test" and self.glue is not None):
+            return self.glue.dev_splits[0] if self.glue is not None else "validation"
+        return split
 
     def examples(self) -> dict[str, list[dict[str, Any]]]:
         """Every split tokenized once (lists of token ids and the label)."""
@@ -166,7 +166,7 @@ class TextClassificationTask:
         return self._examples
 
     def dataset(self, split: str) -> list[dict[str, Any]]:
-        return self.examples()[split if split != "test" or self.glue is None else f"test:{self.glue.dev_splits[0]}"]
+        return self.examples()[self._split_name(split)]
 
     def collate(self, examples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         """Pads to the longest example of the batch."""
@@ -208,7 +208,7 @@ class TextClassificationTask:
         names = [self.glue.dev_splits[0]] if split == "dev" else list(self.glue.dev_splits)
         results = {}
         for name in names:
-            examples = self.examples()["dev" if split == "dev" else f"test:{name}"]
+            examples = self.examples()[name]
             logits = self.predict(model, examples)
             predictions = logits[:, 0] if self.num_labels == 1 else logits.argmax(1)
             results[name] = compute_metrics(self.glue, predictions.numpy(), [e["labels"] for e in examples])
