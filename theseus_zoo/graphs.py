@@ -502,8 +502,8 @@ class GraphTask:
         x, edge_index, nodes, _ = batch
         return model(x, edge_index)[nodes]
 
-    def loss(self, model: nn.Module, batch: GraphBatch) -> torch.Tensor:
-        return F.cross_entropy(self.logits(model, batch), batch[3])
+    def criterion(self, logits: torch.Tensor, batch: GraphBatch) -> torch.Tensor:
+        return F.cross_entropy(logits, batch[3])
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:

@@ -419,8 +419,8 @@ class ResNetTask:
         images, labels = zip(*examples, strict=True)
         return to_inputs(torch.stack(images)), torch.tensor(labels)
 
-    def loss(self, model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        return F.cross_entropy(self.logits(model, batch), batch[1])
+    def criterion(self, logits: torch.Tensor, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return F.cross_entropy(logits, batch[1])
 
     def logits(self, model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         # The trainer calls model.train() before every step. While replacing, the frozen batch norms (the

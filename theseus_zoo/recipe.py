@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,31 +24,75 @@ initialisation; ``kd`` is vanilla knowledge distillation into the ``truncated`` 
 (Hinton et al.: task loss plus soft cross-entropy to the frozen predecessor's logits)."""
 
 
+LR_SCHEDULES = ("linear", "constant")
+SCHEDULES = ("curriculum", "constant", "anti_curriculum")
+UNFREEZE = ("head", "all")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 @dataclass(frozen=True)
 class Phase:
-    """One training phase.
+    """One training phase, set up as the reference ``run_glue.py`` of BERT-of-Theseus does.
 
     Args:
         steps: Optimizer steps.
-        lr: AdamW learning rate (constant: in the replacing phase the curriculum
-            itself acts as the warm-up, BERT-of-Theseus §3.2).
+        lr: Peak AdamW learning rate.
         batch_size: Examples per step.
-        eval_every: Evaluate on the dev set (and checkpoint) every this many steps,
-            and at the end.
+        eval_every: Evaluate on the dev set (and checkpoint) every this many steps, and at the end.
+        lr_schedule: ``"linear"`` (the reference: after the warm-up, decay linearly to 0 at ``steps``) or
+            ``"constant"``. (default: ``"linear"``)
+        warmup_steps: Steps of linear warm-up from 0 to ``lr``. (default: ``0``; in the replacing phase the
+            curriculum itself acts as a warm-up, BERT-of-Theseus §3.2)
+        weight_decay: AdamW weight decay, applied to weights only: biases and normalization weights get none, as in
+            the reference code. (default: ``0.01``)
+        max_grad_norm: Clip the gradient norm of the trained parameters to this (``None``: no clipping).
+            (default: ``1.0``, the reference code's)
     """
 
     steps: int
     lr: float
     batch_size: int = 32
     eval_every: int = 100
+    lr_schedule: str = "linear"
+    warmup_steps: int = 0
+    weight_decay: float = 0.01
+    max_grad_norm: float | None = 1.0
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "eval_every"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
+            if not _is_int(value) or value < 1:
                 raise ValueError(f"Phase.{name} must be an integer >= 1, got {value!r}")
-        if not (isinstance(self.lr, (int, float)) and self.lr > 0):
-            raise ValueError(f"Phase.lr must be a number > 0, got {self.lr!r}")
+        if not (_is_number(self.lr) and self.lr > 0):
+            raise ValueError(f"Phase.lr must be a finite number > 0, got {self.lr!r}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"Phase.lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
+        if not _is_int(self.warmup_steps) or not 0 <= self.warmup_steps <= self.steps:
+            raise ValueError(
+                f"Phase.warmup_steps must be an integer in [0, steps={self.steps}], got {self.warmup_steps!r}"
+            )
+        if not (_is_number(self.weight_decay) and self.weight_decay >= 0):
+            raise ValueError(f"Phase.weight_decay must be a finite number >= 0, got {self.weight_decay!r}")
+        if self.max_grad_norm is not None and not (_is_number(self.max_grad_norm) and self.max_grad_norm > 0):
+            raise ValueError(f"Phase.max_grad_norm must be None or a finite number > 0, got {self.max_grad_norm!r}")
+
+    def lr_at(self, step: int) -> float:
+        """The learning rate of optimizer step ``step`` (0-based): a pure function of the step, so a resumed run
+        needs nothing but its step back. The same values as ``transformers.get_linear_schedule_with_warmup`` (and
+        its constant twin) give the reference code's optimizer steps: step 0 of a warm-up has lr 0, and the last
+        step of a linear decay has ``lr / (steps - warmup_steps)``."""
+        if step < self.warmup_steps:
+            return self.lr * step / self.warmup_steps
+        if self.lr_schedule == "constant":
+            return self.lr
+        return self.lr * max(0.0, self.steps - step) / max(1, self.steps - self.warmup_steps)
 
 
 @dataclass(frozen=True)
@@ -65,12 +110,28 @@ class Recipe:
             ``steps_to_one``, the remaining steps fine-tune the successors.
         schedule_base: The basic replacing rate b at step 0.
         steps_to_one: The step at which p = min(1, k·t + b) reaches 1 (sets k).
+        schedule: How p moves before ``steps_to_one``: ``"curriculum"`` (the paper's p = min(1, k·t + b)),
+            ``"constant"`` (p = b) or ``"anti_curriculum"`` (p = 1 − min(1, k·t + b)), the two baselines of the
+            paper's Table 6. From ``steps_to_one`` on, p = 1 for each (successor fine-tuning).
+        theseus: Train the Theseus compression at all; ``False`` trains only the predecessor and the baselines
+            (a headroom scan: how much does truncation cost?).
         patience: Stop the replacing phase after this many evaluations at p = 1
             without a better dev metric (``None``: never). The best dev state is kept.
         baselines: Baselines trained in the same harness and budget as ``replacing`` (see `BASELINES`).
         kd_alpha: Weight of the task loss in the ``kd`` baseline; the soft loss gets ``1 - kd_alpha``.
         kd_temperature: Softmax temperature of the ``kd`` baseline (the soft loss is scaled by its square).
         seed: Seeds data order, routes and initialisation.
+
+    Extensions of the replacing phase, each a departure from the paper and off by default:
+
+    Args:
+        unfreeze_at_one: Once p = 1, also train ``"head"`` (the family's head: pooler and classifier) or ``"all"``
+            (every parameter outside the groups: embeddings too). The paper keeps them frozen.
+        consistency_weight: λ of λ·MSE(successor(y), group(y)), summed over the groups routed to their successor
+            on a step, with the group's output computed under no-grad on the successor's own input (blockwise
+            distillation, Wang et al. 2018). The paper uses the task loss alone.
+        kd_weight: Adds this weight times the ``kd`` soft loss (temperature ``kd_temperature``) to the frozen
+            predecessor's logits. The paper uses the task loss alone.
     """
 
     name: str
@@ -86,20 +147,42 @@ class Recipe:
     kd_alpha: float = 0.5
     kd_temperature: float = 2.0
     seed: int = 0
+    schedule: str = "curriculum"
+    theseus: bool = True
+    unfreeze_at_one: str | None = None
+    consistency_weight: float = 0.0
+    kd_weight: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "options", dict(self.options))
         object.__setattr__(self, "baselines", tuple(self.baselines))
-        if not 0.0 <= self.schedule_base <= 1.0:
-            raise ValueError(f"schedule_base must be in [0, 1], got {self.schedule_base}")
-        if not isinstance(self.steps_to_one, int) or not 1 <= self.steps_to_one <= self.replacing.steps:
+        if not _is_number(self.schedule_base) or not 0.0 <= self.schedule_base <= 1.0:
+            raise ValueError(f"schedule_base must be a number in [0, 1], got {self.schedule_base!r}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        if not isinstance(self.theseus, bool):
+            raise ValueError(f"theseus must be true or false, got {self.theseus!r}")
+        if self.unfreeze_at_one is not None and self.unfreeze_at_one not in UNFREEZE:
+            raise ValueError(
+                f"unfreeze_at_one must be null or one of {', '.join(UNFREEZE)}, got {self.unfreeze_at_one!r}"
+            )
+        for name in ("consistency_weight", "kd_weight"):
+            if not _is_number(getattr(self, name)) or getattr(self, name) < 0:
+                raise ValueError(f"{name} must be a finite number >= 0, got {getattr(self, name)!r}")
+        if not self.theseus and not self.baselines:
+            raise ValueError("theseus is false and there are no baselines: nothing to train after the predecessor")
+        if not _is_int(self.seed) or not 0 <= self.seed < 2**31:
+            raise ValueError(f"seed must be an integer in [0, 2**31), got {self.seed!r}")
+        if not _is_int(self.steps_to_one) or not 1 <= self.steps_to_one <= self.replacing.steps:
             limit = self.replacing.steps
             raise ValueError(
                 f"steps_to_one must be an integer in [1, replacing.steps={limit}], got {self.steps_to_one}"
             )
-        if self.patience is not None and (not isinstance(self.patience, int) or self.patience < 1):
+        if self.patience is not None and (not _is_int(self.patience) or self.patience < 1):
             raise ValueError(f"patience must be None or an integer >= 1, got {self.patience!r}")
-        if not 0.0 <= self.kd_alpha <= 1.0 or not self.kd_temperature > 0:
+        if not (_is_number(self.kd_alpha) and 0.0 <= self.kd_alpha <= 1.0) or not (
+            _is_number(self.kd_temperature) and self.kd_temperature > 0
+        ):
             raise ValueError(
                 f"kd_alpha must be in [0, 1] and kd_temperature > 0, got {self.kd_alpha}, {self.kd_temperature}"
             )

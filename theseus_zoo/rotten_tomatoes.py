@@ -1,28 +1,34 @@
-"""The offline default text-classification data: Rotten Tomatoes review snippets as binary sentiment.
+"""The offline default text data: Rotten Tomatoes review snippets, as binary, five-class or graded sentiment.
 
 The 10,605 snippets of Pang & Lee (2005), the sentences behind SST, each with the mean
 valence (−4 … +4) that human raters gave it in Hutto & Gilbert (ICWSM 2014). They come
 with the sdist of ``vaderSentiment==3.3.2`` (MIT): fetch them once with
 ``python -m theseus_zoo.assets fetch rotten-tomatoes``.
 
-Labels: valence > 0 is ``positive`` (1), < 0 is ``negative`` (0); the 37 snippets of
-valence 0 are dropped, which leaves 10,568 (5,242 positive). The split is fixed by
-``seed`` and independent of library versions: within each class the snippets are
-ordered by ``sha256(f"{seed}:{id}")``; the first ``round(n · dev_fraction)`` go to
-``validation``, the next ``round(n · test_fraction)`` to ``test`` and the rest to
-``train`` (halves round up); each split is then ordered by the same key. With the
-defaults (seed 0, 80/10/10): train 8,454, validation 1,057, test 1,057.
+Labels (``labels=``):
+
+- ``"binary"``: valence > 0 is ``positive`` (1), < 0 is ``negative`` (0); the 37 snippets of
+  valence 0 are dropped, which leaves 10,568 (5,242 positive).
+- ``"five"``: the valence quintile, 0 (most negative) … 4 (most positive), with boundaries
+  taken over all 10,605 snippets (`quintile_boundaries`), like SST-5's five grades.
+- ``"regression"``: the valence itself, a float (scored like STS-B: mean of Pearson and Spearman).
+
+The split (`theseus_zoo.splits.stratified_split`) is fixed by ``seed`` and independent of
+library versions, stratified by class (by quintile for regression). With the defaults (binary,
+seed 0, 80/10/10): train 8,454, validation 1,057, test 1,057.
 """
 
 from __future__ import annotations
 
-import hashlib
+import bisect
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .assets import asset_path
+from .splits import check_fractions, stratified_split
 
 if TYPE_CHECKING:
     import datasets
@@ -30,6 +36,8 @@ if TYPE_CHECKING:
 ASSET = "rotten-tomatoes"
 FILENAME = "movieReviewSnippets_GroundTruth.txt"
 LABEL_NAMES = ("negative", "positive")
+FIVE_LABEL_NAMES = ("very negative", "negative", "neutral", "positive", "very positive")
+LABEL_KINDS = ("binary", "five", "regression")
 SPLITS = ("train", "validation", "test")
 
 
@@ -76,38 +84,72 @@ def read_snippets(path: str | Path) -> list[Snippet]:
     return snippets
 
 
+def quintile_boundaries(snippets: Sequence[Snippet]) -> list[float]:
+    """The four valences that cut ``snippets`` into five classes of (as near as ties allow) equal size: the
+    20th, 40th, 60th and 80th percentiles (the lower of two neighbours)."""
+    scores = sorted(snippet.score for snippet in snippets)
+    if not scores:
+        raise ValueError("no snippets: quintiles need at least one valence")
+    return [scores[(len(scores) * q) // 5] for q in range(1, 5)]
+
+
+def label_of(snippet: Snippet, labels: str, boundaries: Sequence[float]) -> int | float | None:
+    """The snippet's label of kind ``labels`` (see the module doc); ``None`` when it has none (binary, valence 0)."""
+    if labels == "binary":
+        return snippet.label
+    if labels == "five":
+        return bisect.bisect_right(boundaries, snippet.score)
+    return snippet.score
+
+
 def split_snippets(
-    snippets: list[Snippet], *, seed: int = 0, dev_fraction: float = 0.1, test_fraction: float = 0.1
+    snippets: list[Snippet],
+    *,
+    seed: int = 0,
+    dev_fraction: float = 0.1,
+    test_fraction: float = 0.1,
+    labels: str = "binary",
 ) -> dict[str, list[Snippet]]:
-    """The labelled snippets (valence ≠ 0) split into ``train``, ``validation`` and ``test``, stratified by label,
-    as the module docstring describes. Raises `ValueError` for fractions that leave no training data."""
-    _check_fractions(dev_fraction, test_fraction)
-    ids = [snippet.id for snippet in snippets]
-    if len(set(ids)) != len(ids):
-        raise ValueError("snippet ids must be unique: the split is keyed by them")
+    """The labelled snippets split into ``train``, ``validation`` and ``test``, stratified by label (by valence
+    quintile for ``labels="regression"``), as the module docstring describes. Raises `ValueError` for fractions
+    that leave no training data or an unknown kind of labels."""
+    _check_labels(labels)
+    check_fractions(dev_fraction, test_fraction)
+    boundaries = quintile_boundaries(snippets)
+    kept = [snippet for snippet in snippets if label_of(snippet, labels, boundaries) is not None]
+    if labels == "binary":
+        stratum = label_of
+    else:
 
-    def key(snippet: Snippet) -> str:
-        return hashlib.sha256(f"{seed}:{snippet.id}".encode()).hexdigest()
+        def stratum(snippet: Snippet, *_: object) -> int:
+            return bisect.bisect_right(boundaries, snippet.score)
 
-    splits: dict[str, list[Snippet]] = {name: [] for name in SPLITS}
-    for label in range(len(LABEL_NAMES)):
-        members = sorted((snippet for snippet in snippets if snippet.label == label), key=key)
-        num_dev, num_test = _round(len(members) * dev_fraction), _round(len(members) * test_fraction)
-        splits["validation"] += members[:num_dev]
-        splits["test"] += members[num_dev : num_dev + num_test]
-        splits["train"] += members[num_dev + num_test :]
-    return {name: sorted(members, key=key) for name, members in splits.items()}
+    return stratified_split(
+        kept,
+        identity=lambda snippet: snippet.id,
+        stratum=lambda snippet: stratum(snippet, labels, boundaries),
+        seed=seed,
+        dev_fraction=dev_fraction,
+        test_fraction=test_fraction,
+    )
 
 
 def load_rotten_tomatoes(
-    path: str | Path | None = None, *, seed: int = 0, dev_fraction: float = 0.1, test_fraction: float = 0.1
+    path: str | Path | None = None,
+    *,
+    seed: int = 0,
+    dev_fraction: float = 0.1,
+    test_fraction: float = 0.1,
+    labels: str = "binary",
 ) -> datasets.DatasetDict:
     """The split as a `datasets.DatasetDict` (``train``, ``validation``, ``test``) with the columns ``text``,
-    ``label`` (``ClassLabel``: negative, positive) and ``id`` (the snippet's id in the file).
+    ``label`` (``ClassLabel`` negative, positive for ``"binary"``; five grades for ``"five"``; the valence, a
+    float, for ``"regression"``) and ``id`` (the snippet's id in the file).
 
     Args:
         path: a ground-truth file (default: the cached asset, `snippets_path`).
         seed, dev_fraction, test_fraction: the split (`split_snippets`; default: seed 0, 80/10/10).
+        labels: ``"binary"``, ``"five"`` or ``"regression"`` (the module doc). (default: ``"binary"``)
 
     Raises:
         theseus_zoo.assets.MissingAssetError: ``path`` is None and the asset was not fetched.
@@ -117,27 +159,31 @@ def load_rotten_tomatoes(
         import datasets
     except ImportError as error:  # an optional dependency
         raise ImportError("the Rotten Tomatoes dataset needs the datasets library: pip install datasets") from error
-    _check_fractions(dev_fraction, test_fraction)
+    check_fractions(dev_fraction, test_fraction)
+    _check_labels(labels)
     path = snippets_path() if path is None else Path(path)
     if not path.is_file():
         raise ValueError(
             f"no Rotten Tomatoes ground-truth file {path}; give an existing file, or none for the cached asset "
             f"(python -m theseus_zoo.assets fetch {ASSET})"
         )
-    splits = split_snippets(read_snippets(path), seed=seed, dev_fraction=dev_fraction, test_fraction=test_fraction)
+    snippets = read_snippets(path)
+    boundaries = quintile_boundaries(snippets)
+    splits = split_snippets(snippets, seed=seed, dev_fraction=dev_fraction, test_fraction=test_fraction, labels=labels)
+    label_feature = {
+        "binary": datasets.ClassLabel(names=list(LABEL_NAMES)),
+        "five": datasets.ClassLabel(names=list(FIVE_LABEL_NAMES)),
+        "regression": datasets.Value("float32"),
+    }[labels]
     features = datasets.Features(
-        {
-            "text": datasets.Value("string"),
-            "label": datasets.ClassLabel(names=list(LABEL_NAMES)),
-            "id": datasets.Value("int32"),
-        }
+        {"text": datasets.Value("string"), "label": label_feature, "id": datasets.Value("int32")}
     )
     return datasets.DatasetDict(
         {
             name: datasets.Dataset.from_dict(
                 {
                     "text": [snippet.text for snippet in members],
-                    "label": [snippet.label for snippet in members],
+                    "label": [label_of(snippet, labels, boundaries) for snippet in members],
                     "id": [snippet.id for snippet in members],
                 },
                 features=features,
@@ -147,13 +193,6 @@ def load_rotten_tomatoes(
     )
 
 
-def _check_fractions(dev_fraction: float, test_fraction: float) -> None:
-    if not (dev_fraction >= 0 and test_fraction >= 0 and dev_fraction + test_fraction < 1):
-        raise ValueError(
-            f"dev_fraction and test_fraction must be ≥ 0 with a sum < 1, got {dev_fraction}, {test_fraction}"
-        )
-
-
-def _round(value: float) -> int:
-    """Rounds halves up (Python's `round` rounds them to even)."""
-    return math.floor(value + 0.5)
+def _check_labels(labels: str) -> None:
+    if labels not in LABEL_KINDS:
+        raise ValueError(f"labels must be one of {', '.join(LABEL_KINDS)}, got {labels!r}")

@@ -33,14 +33,23 @@ class Task(Protocol):
     def collate(self, examples: list[Any]) -> Any:
         """A batch from examples (tensors on the CPU; the trainer moves them)."""
 
-    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor: ...
-
     def logits(self, model: nn.Module, batch: Any) -> torch.Tensor:
         """The model's outputs on a training batch as ``(examples, classes)`` logits (``(examples, 1)`` for
-        regression): what the ``kd`` baseline distils."""
+        regression): what the loss scores and the ``kd`` baseline distils."""
+
+    def criterion(self, logits: torch.Tensor, batch: Any) -> torch.Tensor:
+        """The task loss of ``logits`` (from `logits`) against the batch's labels: one forward serves the task loss
+        and any distillation term."""
 
     def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
         """Metrics of ``model`` (in eval mode) on a split; includes ``self.metric``."""
+
+    # Optional: a task with `scores_examples = True` also gives
+    #   predictions(model, split) -> 1-d tensor (class ids, or regression values), and
+    #   score(predictions, split, chosen=None) -> metrics of those predictions (of the examples ``chosen``, a tensor
+    #   of indices with repeats, when given),
+    # so that reports carry bootstrap standard errors and paired comparisons; and
+    #   is_head(parameter_name) -> bool, for ``unfreeze_at_one="head"``.
 
     def plan(self, model: nn.Module) -> th.Plan: ...
 

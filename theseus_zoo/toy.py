@@ -48,6 +48,7 @@ class ToyTask:
     ``group_sizes`` (even split), ``dropout`` (0.1)."""
 
     metric = "accuracy"
+    compression_options = ("num_layers", "group_sizes")
 
     def __init__(self, options: dict[str, Any], seed: int) -> None:
         self.num_blocks = options.pop("num_blocks", 8)
@@ -90,8 +91,11 @@ class ToyTask:
         inputs, labels = zip(*examples, strict=True)
         return torch.stack(inputs), torch.tensor(labels)
 
-    def loss(self, model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        return F.cross_entropy(self.logits(model, batch), batch[1])
+    def criterion(self, logits: torch.Tensor, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return F.cross_entropy(logits, batch[1])
+
+    def is_head(self, name: str) -> bool:
+        return name.startswith("head.")
 
     def logits(self, model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         return model(batch[0])

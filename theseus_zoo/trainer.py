@@ -31,16 +31,27 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from accelerate import Accelerator, DistributedDataParallelKwargs
 from torch import nn
 from tqdm.auto import tqdm
 
 import theseus_core as th
 
+from .losses import ConsistencyLoss, frozen_teacher, soft_loss
+from .optimization import (
+    ParameterGroup,
+    data_order_generator,
+    optimizer_groups,
+    predecessor_parameters,
+    replacing_schedule,
+    unfrozen_at_one,
+)
 from .recipe import Phase, Recipe
 from .task import Task, build_task
 from .timing import interleaved_seconds, median_ratio
+
+Loss = Callable[[nn.Module, Any], tuple[torch.Tensor, torch.Tensor]]
+"""``loss(model, batch) -> (loss, logits)``: one forward of the model."""
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -93,9 +104,12 @@ class Run:
             raise RunError(f"--resume: no {CHECKPOINT} in {self.out}; start without --resume")
         if not resume and checkpoint.exists():
             raise RunError(f"{self.out} holds a run already; pass --resume to continue it, or choose another --out")
-        borrowed = _finished_predecessor(Path(predecessor_from), recipe) if predecessor_from and not resume else None
         self.task: Task = build_task(recipe.family, recipe.options, recipe.seed)
         self.task.check()
+        borrowed = None
+        if predecessor_from and not resume:
+            ignored = getattr(self.task, "compression_options", ())
+            borrowed = _finished_predecessor(Path(predecessor_from), recipe, ignored)
         self.out.mkdir(parents=True, exist_ok=True)
         self.accelerator = Accelerator(
             cpu=not torch.cuda.is_available(),
@@ -144,55 +158,85 @@ class Run:
         predecessor = self.task.build_predecessor()
         if self.recipe.predecessor is not None:
             if "predecessor" not in self.state["done"]:
-                self._train("predecessor", predecessor, list(predecessor.parameters()), self.recipe.predecessor)
+                self._train("predecessor", predecessor, predecessor_parameters(predecessor), self.recipe.predecessor)
             predecessor.load_state_dict(self.state["done"]["predecessor"]["weights"])
 
-        model = copy.deepcopy(predecessor)
-        theseus = th.replace_(model, self.task.plan(model), seed=self.recipe.seed)
-        if "replacing" not in self.state["done"]:
-            schedule = th.LinearSchedule.reaching_one_at(self.recipe.steps_to_one, base=self.recipe.schedule_base)
-            self._train(
-                "replacing", model, list(theseus.successor_parameters()), self.recipe.replacing, theseus, schedule
-            )
-        model.load_state_dict(self.state["done"]["replacing"]["weights"])
-        compact = theseus.finalize()
+        compact = None
+        if self.recipe.theseus:
+            model = copy.deepcopy(predecessor)
+            theseus = th.replace_(model, self.task.plan(model), seed=self.recipe.seed)
+            if "replacing" not in self.state["done"]:
+                self._train(
+                    "replacing",
+                    model,
+                    self._replacing_parameters(model, theseus),
+                    self.recipe.replacing,
+                    theseus,
+                    replacing_schedule(self.recipe),
+                    loss=self._replacing_loss(predecessor, theseus),
+                )
+            model.load_state_dict(self.state["done"]["replacing"]["weights"])
+            compact = theseus.finalize()
 
         baselines = {}
         for name in self.recipe.baselines:
             baseline = self.task.scratch() if name == "scratch" else self.task.truncated(predecessor)
             key = f"baseline:{name}"
             if key not in self.state["done"]:
-                loss = self._distillation_loss(predecessor) if name == "kd" else None
-                self._train(key, baseline, list(baseline.parameters()), self.recipe.replacing, loss=loss)
+                loss = self._distillation_loss(predecessor, self.recipe.kd_alpha) if name == "kd" else None
+                self._train(key, baseline, predecessor_parameters(baseline), self.recipe.replacing, loss=loss)
             baseline.load_state_dict(self.state["done"][key]["weights"])
             baselines[name] = baseline
         if self.tensorboard is not None:
             self.tensorboard.close()
         return self._report(predecessor, compact, baselines)
 
-    def _distillation_loss(self, teacher: nn.Module) -> Callable[[nn.Module, Any], torch.Tensor]:
-        """Vanilla KD: ``alpha`` · task loss + ``(1 - alpha)`` · T² · KL(teacher ‖ student) at temperature T
-        (mean squared error between the outputs when they are single regression values)."""
-        teacher = copy.deepcopy(teacher).to(self.accelerator.device).eval().requires_grad_(False)
-        alpha, temperature = self.recipe.kd_alpha, self.recipe.kd_temperature
+    def _replacing_parameters(self, model: nn.Module, theseus: th.Theseus) -> list[ParameterGroup]:
+        """The successors' parameters, and with ``unfreeze_at_one`` those it unfreezes at p = 1 (frozen until then:
+        AdamW skips a parameter without gradient)."""
+        groups = [("successors", list(theseus.successor_parameters()))]
+        if self.recipe.unfreeze_at_one is not None:
+            groups.append(
+                ("unfrozen at p = 1", unfrozen_at_one(model, theseus, self.recipe.unfreeze_at_one, self.task))
+            )
+        return groups
 
-        def loss(student: nn.Module, batch: Any) -> torch.Tensor:
+    def _replacing_loss(self, predecessor: nn.Module, theseus: th.Theseus) -> Loss | None:
+        """The task loss, plus the extensions the recipe asks for (`Recipe` docs); ``None`` for the paper's own."""
+        kd_weight, consistency_weight = self.recipe.kd_weight, self.recipe.consistency_weight
+        if not kd_weight and not consistency_weight:
+            return None
+        teacher = frozen_teacher(predecessor, self.accelerator.device) if kd_weight else None
+        consistency = ConsistencyLoss(theseus) if consistency_weight else None
+
+        def loss(model: nn.Module, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+            if consistency is not None:
+                consistency.reset()
+            logits = self.task.logits(model, batch)
+            value = self.task.criterion(logits, batch)
+            if teacher is not None:
+                with torch.no_grad():
+                    target = self.task.logits(teacher, batch)
+                value = value + kd_weight * soft_loss(logits, target, self.recipe.kd_temperature)
+            if consistency is not None and consistency.terms:
+                value = value + consistency_weight * consistency.value()
+            return value, logits
+
+        return loss
+
+    def _distillation_loss(self, predecessor: nn.Module, alpha: float) -> Loss:
+        """Vanilla KD: ``alpha`` · task loss + ``(1 - alpha)`` · T² · KL(teacher ‖ student) at temperature T
+        (mean squared error between the outputs when they are single regression values), from one forward of the
+        student."""
+        teacher = frozen_teacher(predecessor, self.accelerator.device)
+        temperature = self.recipe.kd_temperature
+
+        def loss(student: nn.Module, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
             with torch.no_grad():
                 target = self.task.logits(teacher, batch)
             logits = self.task.logits(student, batch)
-            if logits.shape[-1] == 1:
-                soft = F.mse_loss(logits, target)
-            else:
-                soft = (
-                    F.kl_div(
-                        F.log_softmax(logits / temperature, dim=-1),
-                        F.log_softmax(target / temperature, dim=-1),
-                        log_target=True,
-                        reduction="batchmean",
-                    )
-                    * temperature**2
-                )
-            return alpha * self.task.loss(student, batch) + (1 - alpha) * soft
+            value = alpha * self.task.criterion(logits, batch) + (1 - alpha) * soft_loss(logits, target, temperature)
+            return value, logits
 
         return loss
 
@@ -200,16 +244,21 @@ class Run:
         self,
         phase_name: str,
         model: nn.Module,
-        parameters: list[nn.Parameter],
+        parameters: list[ParameterGroup],
         phase: Phase,
         theseus: th.Theseus | None = None,
         schedule: Callable[[int], float] | None = None,
-        loss: Callable[[nn.Module, Any], torch.Tensor] | None = None,
+        loss: Loss | None = None,
     ) -> None:
-        """Trains one phase, evaluating and checkpointing every ``phase.eval_every`` steps; ``loss(model, batch)``
-        defaults to the task's loss."""
-        compute_loss = loss or self.task.loss
-        optimizer = torch.optim.AdamW(parameters, lr=phase.lr)
+        """Trains one phase, evaluating and checkpointing every ``phase.eval_every`` steps.
+
+        ``parameters``: named lists of the parameters to train; the last one, when there are two, is frozen until
+        p = 1 (``unfreeze_at_one``). ``loss(model, batch)`` returns the loss and the logits (default: the task's
+        criterion on the task's logits)."""
+        compute_loss = loss or self._task_loss
+        trained = [parameter for _, group in parameters for parameter in group]
+        late = parameters[1][1] if len(parameters) > 1 else []
+        optimizer = torch.optim.AdamW(optimizer_groups(model, trained, phase.weight_decay), lr=phase.lr)
         model, optimizer = self.accelerator.prepare(model, optimizer)
         unwrapped = self.accelerator.unwrap_model(model)
         current = self.state.get("current")
@@ -242,26 +291,35 @@ class Run:
         train = self.task.dataset("train")
         per_process = max(1, phase.batch_size // self.accelerator.num_processes)
         steps_per_epoch = max(1, len(train) // phase.batch_size)
+        stream = "predecessor" if phase_name == "predecessor" else "compression"
         bar = tqdm(total=phase.steps, initial=step, desc=phase_name, disable=not self.progress, leave=False)
         stop = False
         while step < phase.steps and not stop:
             epoch, offset = divmod(step, steps_per_epoch)
-            order = torch.randperm(len(train), generator=torch.Generator().manual_seed(self.recipe.seed * 1000 + epoch))
+            order = torch.randperm(len(train), generator=data_order_generator(self.recipe.seed, stream, epoch))
             for index in range(offset, steps_per_epoch):
                 batch_indices = order[index * phase.batch_size : (index + 1) * phase.batch_size]
                 mine = batch_indices[self.accelerator.process_index :: self.accelerator.num_processes][:per_process]
                 batch = _to(self.task.collate([train[int(i)] for i in mine]), self.accelerator.device)
                 if theseus is not None:
                     theseus.rate = schedule(step)
+                for parameter in late:
+                    parameter.requires_grad_(theseus is not None and theseus.rate >= 1.0)
+                lr = phase.lr_at(step)
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
                 model.train()
-                value = compute_loss(model, batch)
+                value, _ = compute_loss(model, batch)
+                record = {"phase": phase_name, "step": step + 1, "loss": value.item(), "lr": lr}
                 if value.requires_grad:  # every group on its frozen predecessor: nothing to learn this step
                     self.accelerator.backward(value)
+                    if phase.max_grad_norm is not None:
+                        norm = self.accelerator.clip_grad_norm_(trained, phase.max_grad_norm)
+                        record["grad_norm"] = float(norm)
                     optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
                 step += 1
                 bar.update(1)
-                record = {"phase": phase_name, "step": step, "loss": value.item()}
                 if theseus is not None:
                     record["rate"] = theseus.rate
                 evaluate = step % phase.eval_every == 0 or step == phase.steps
@@ -285,33 +343,80 @@ class Run:
                 if step >= phase.steps or stop:
                     break
         bar.close()
+        for parameter in late:
+            parameter.requires_grad_(False)
         done = {"weights": best["weights"], "best_metric": best["metric"], "best_step": best["step"], "steps": step}
         self.state["done"][phase_name] = done
         self.save(current=None)
 
+    def _task_loss(self, model: nn.Module, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = self.task.logits(model, batch)
+        return self.task.criterion(logits, batch), logits
+
     # ------------------------------------------------------------------ report
-    def _report(self, predecessor: nn.Module, compact: nn.Module, baselines: dict[str, nn.Module]) -> dict[str, Any]:
-        models = {"predecessor": predecessor, "theseus": compact, **{f"baseline:{k}": v for k, v in baselines.items()}}
+    def _report(
+        self, predecessor: nn.Module, compact: nn.Module | None, baselines: dict[str, nn.Module]
+    ) -> dict[str, Any]:
+        """Test metrics of every model (with a bootstrap standard error and the per-example predictions when the
+        task gives them: what paired comparisons across models and seeds need), parameters, the export of the
+        Theseus successor and its measured speedup (the first baseline's when Theseus was not trained)."""
+        models = {"predecessor": predecessor, **({"theseus": compact} if compact is not None else {})}
+        models.update({f"baseline:{k}": v for k, v in baselines.items()})
         report: dict[str, Any] = {"recipe": self.recipe.to_dict(), "metric": self.task.metric, "models": {}}
-        export_dir = self.out / "model"
-        files = self.task.export(compact, export_dir)
         for name, model in models.items():
             model.eval()
-            report["models"][name] = {
-                "test": self.task.evaluate(model, "test"),
-                "parameters": sum(p.numel() for p in model.parameters()),
-            }
-        report["models"]["theseus"]["size_on_disk_bytes"] = sum(f.stat().st_size for f in files)
+            report["models"][name] = {**self._test(model), "parameters": sum(p.numel() for p in model.parameters())}
+        if compact is not None:
+            files = self.task.export(compact, self.out / "model")
+            report["models"]["theseus"]["size_on_disk_bytes"] = sum(f.stat().st_size for f in files)
         reference = report["models"]["predecessor"]["test"][self.task.metric]
         for entry in report["models"].values():
             entry["retention_percent"] = 100.0 * entry["test"][self.task.metric] / reference if reference else None
-        report["speedup"] = self._speedup(predecessor, compact)
+        if compact is not None and getattr(self.task, "scores_examples", False):
+            report["comparisons"] = self._comparisons(report)
+        small = compact if compact is not None else next(iter(baselines.values()))
+        report["speedup"] = self._speedup(predecessor, small)
         report["phases"] = {k: {kk: v for kk, v in d.items() if kk != "weights"} for k, d in self.state["done"].items()}
         if self.accelerator.is_main_process:
             (self.out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
             (self.out / "report.md").write_text(markdown_report(report))
             plot_curves(self.out / "metrics.jsonl", self.out / "curves.png", self.task.metric)
         return report
+
+    def _comparisons(self, report: dict[str, Any]) -> dict[str, dict[str, float]]:
+        """Theseus minus each other model on the test metric, with a 95% paired bootstrap interval (the same
+        resampled examples for both models)."""
+        theirs = {name: torch.tensor(entry["test_predictions"]) for name, entry in report["models"].items()}
+        comparisons = {}
+        for name in theirs:
+            if name == "theseus":
+                continue
+
+            def difference(chosen: torch.Tensor | None, name: str = name) -> float:
+                score = self.task.score
+                return (
+                    score(theirs["theseus"], "test", chosen)[self.task.metric]
+                    - score(theirs[name], "test", chosen)[self.task.metric]
+                )
+
+            low, high = bootstrap_interval(difference, len(theirs["theseus"]))
+            comparisons[name] = {"difference": difference(None), "low": low, "high": high}
+        return comparisons
+
+    def _test(self, model: nn.Module) -> dict[str, Any]:
+        """``{"test": metrics}``, with ``test_standard_error`` and ``test_predictions`` for tasks that score
+        per-example predictions (`Task.predictions` and `Task.score`)."""
+        if not getattr(self.task, "scores_examples", False):
+            return {"test": self.task.evaluate(model, "test")}
+        predictions = self.task.predictions(model, "test")
+        metrics = self.task.score(predictions, "test")
+        return {
+            "test": metrics,
+            "test_standard_error": bootstrap_standard_error(
+                lambda chosen: self.task.score(predictions, "test", chosen)[self.task.metric], len(predictions)
+            ),
+            "test_predictions": [round(float(value), 5) for value in predictions],
+        }
 
     def _speedup(self, predecessor: nn.Module, compact: nn.Module, repeats: int = 7) -> float:
         """Median per-turn latency ratio, predecessor over successor, eager, on `Task.latency_batch`."""
@@ -326,14 +431,35 @@ class Run:
         return median_ratio(times["predecessor"], times["successor"])
 
 
-def _finished_predecessor(run: Path, recipe: Recipe) -> dict[str, Any]:
-    """The fine-tuned predecessor phase of the run in ``run``, checked to be the one ``recipe`` would train."""
+def bootstrap_standard_error(metric: Callable[[torch.Tensor], float], size: int, resamples: int = 1000) -> float:
+    """The standard deviation of ``metric(indices)`` over bootstrap resamples of ``size`` examples (fixed seed)."""
+    generator = torch.Generator().manual_seed(0)
+    values = [metric(torch.randint(size, (size,), generator=generator)) for _ in range(resamples)]
+    return float(torch.tensor(values).std())
+
+
+def bootstrap_interval(
+    metric: Callable[[torch.Tensor], float], size: int, resamples: int = 1000, level: float = 0.95
+) -> tuple[float, float]:
+    """The percentile interval of ``metric(indices)`` over bootstrap resamples of ``size`` examples (fixed seed)."""
+    generator = torch.Generator().manual_seed(0)
+    values = torch.tensor([metric(torch.randint(size, (size,), generator=generator)) for _ in range(resamples)])
+    tail = (1 - level) / 2
+    return float(values.quantile(tail)), float(values.quantile(1 - tail))
+
+
+def _finished_predecessor(run: Path, recipe: Recipe, compression_options: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The fine-tuned predecessor phase of the run in ``run``, checked to be the one ``recipe`` would train: same
+    family, predecessor phase, and options but for ``compression_options`` (those that only shape the successor,
+    `Task.compression_options`)."""
     if not (run / CHECKPOINT).exists():
         raise RunError(f"--predecessor-from: no {CHECKPOINT} in {run}")
     state = torch.load(run / CHECKPOINT, weights_only=False)
     if "predecessor" not in state["done"]:
         raise RunError(f"--predecessor-from: the run in {run} has not finished fine-tuning its predecessor")
     theirs, ours = state["recipe"], recipe.to_dict()
+    for side in (theirs, ours):
+        side["options"] = {k: v for k, v in side["options"].items() if k not in compression_options}
     differing = [key for key in ("family", "options", "predecessor") if theirs[key] != ours[key]]
     if differing:
         raise RunError(
@@ -377,11 +503,32 @@ def markdown_report(report: dict[str, Any]) -> str:
     for name, entry in report["models"].items():
         retention = f"{entry['retention_percent']:.1f}%" if entry["retention_percent"] is not None else "n/a"
         lines.append(f"| {name} | {entry['test'][metric]:.4f} | {retention} | {entry['parameters']:,} |")
-    size = report["models"]["theseus"]["size_on_disk_bytes"] / 2**20
-    lines.append(
-        f"\nThe exported successor takes {size:.2f} MiB on disk and runs {report['speedup']:.2f}× as fast as the "
-        f"predecessor (measured, eager, median of per-turn ratios)."
-    )
+    if any("test_standard_error" in entry for entry in report["models"].values()):
+        errors = ", ".join(f"{name} ±{entry['test_standard_error']:.4f}" for name, entry in report["models"].items())
+        lines.append(f"\nStandard errors of the test {metric} (bootstrap over test examples): {errors}.")
+    for name, comparison in report.get("comparisons", {}).items():
+        difference, low, high = comparison["difference"], comparison["low"], comparison["high"]
+        if low > 0:
+            verdict = "ahead of"
+        elif high < 0:
+            verdict = "behind"
+        else:
+            verdict = "not distinguishable from"
+        lines.append(
+            f"- Theseus is {verdict} {name}: {difference:+.4f} (95% paired bootstrap interval [{low:+.4f}, "
+            f"{high:+.4f}])."
+        )
+    if "theseus" in report["models"]:
+        size = report["models"]["theseus"]["size_on_disk_bytes"] / 2**20
+        lines.append(
+            f"\nThe exported successor takes {size:.2f} MiB on disk and runs {report['speedup']:.2f}× as fast as the "
+            f"predecessor (measured, eager, median of per-turn ratios)."
+        )
+    else:
+        lines.append(
+            f"\nNo Theseus run (`theseus: false`); the baselines' model runs {report['speedup']:.2f}× as fast as the "
+            f"predecessor (measured, eager, median of per-turn ratios)."
+        )
     return "\n".join(lines) + "\n"
 
 

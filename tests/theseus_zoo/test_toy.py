@@ -53,18 +53,18 @@ def test_compress_writes_report_plot_metrics_and_an_ordinary_model(tmp_path, cap
 
 def test_a_resumed_run_ends_exactly_where_an_uninterrupted_one_does(tmp_path, monkeypatch):
     assert compress(tmp_path, "whole") == 0
-    original_loss = toy.ToyTask.loss
+    original_criterion = toy.ToyTask.criterion
     calls = {"n": 0}
 
-    def crash_once(self, model, batch):  # Ctrl-C in the middle of the replacing phase (step 25 of 40)
+    def crash_once(self, logits, batch):  # Ctrl-C in the middle of the replacing phase (step 25 of 40)
         calls["n"] += 1
         if calls["n"] == 30 + 25:
             raise KeyboardInterrupt
-        return original_loss(self, model, batch)
+        return original_criterion(self, logits, batch)
 
-    monkeypatch.setattr(toy.ToyTask, "loss", crash_once)
+    monkeypatch.setattr(toy.ToyTask, "criterion", crash_once)
     assert compress(tmp_path, "crashed") == 130
-    monkeypatch.setattr(toy.ToyTask, "loss", original_loss)
+    monkeypatch.setattr(toy.ToyTask, "criterion", original_criterion)
     assert (tmp_path / "crashed" / "checkpoint.pt").exists() and not (tmp_path / "crashed" / "report.json").exists()
     assert compress(tmp_path, "crashed", "--resume") == 0
     whole = json.loads((tmp_path / "whole" / "report.json").read_text())
@@ -127,17 +127,39 @@ def test_the_kd_loss_is_the_task_loss_plus_the_tempered_divergence_from_the_teac
     teacher, student = task.build_predecessor().eval(), task.scratch().eval()  # no dropout noise
     for alpha, temperature in [(1.0, 2.0), (0.0, 1.0), (0.3, 4.0)]:
         recipe = get_recipe("toy").with_overrides({"kd_alpha": alpha, "kd_temperature": temperature})
-        loss = Run(recipe, tmp_path / f"{alpha}", progress=False)._distillation_loss(teacher)(student, batch)
+        loss, logits = Run(recipe, tmp_path / f"{alpha}", progress=False)._distillation_loss(teacher, alpha)(
+            student, batch
+        )
         soft = torch.nn.functional.kl_div(
             torch.log_softmax(student(batch[0]) / temperature, -1),
             torch.softmax(teacher(batch[0]) / temperature, -1),
             reduction="batchmean",
         )
-        expected = alpha * task.loss(student, batch) + (1 - alpha) * temperature**2 * soft
+        expected = alpha * task.criterion(student(batch[0]), batch) + (1 - alpha) * temperature**2 * soft
         torch.testing.assert_close(loss, expected)
+        torch.testing.assert_close(logits, student(batch[0]))
     recipe = get_recipe("toy").with_overrides({"kd_alpha": 0.0})
-    same = Run(recipe, tmp_path / "same", progress=False)._distillation_loss(teacher)(teacher, batch)
+    same, _ = Run(recipe, tmp_path / "same", progress=False)._distillation_loss(teacher, 0.0)(teacher, batch)
     assert same.abs().item() < 1e-6  # a student that matches its teacher has nothing left to learn
+
+
+def test_kd_runs_the_student_forward_once_per_step(tmp_path):
+    from theseus_zoo.recipe import get_recipe
+    from theseus_zoo.trainer import Run
+
+    run = Run(get_recipe("toy"), tmp_path / "kd", progress=False)
+    batch = run.task.collate(run.task.dataset("train")[:16])
+    teacher, student = run.task.build_predecessor(), run.task.scratch()
+    calls = {"student": 0, "teacher": 0}
+    logits = run.task.logits
+
+    def counting(model, batch):
+        calls["student" if model is student else "teacher"] += 1
+        return logits(model, batch)
+
+    run.task.logits = counting
+    run._distillation_loss(teacher, 0.5)(student, batch)
+    assert calls == {"student": 1, "teacher": 1}
 
 
 def test_metrics_go_to_tensorboard_when_it_is_installed(tmp_path, monkeypatch):
