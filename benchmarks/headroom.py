@@ -1,0 +1,140 @@
+"""The headroom scan: how much does truncation cost on each Rotten Tomatoes task and depth?
+
+    python -m benchmarks.headroom [--labels binary five regression] [--layers 3 2 1] [--steps 500]
+                                  [--jobs 2] [--threads 1] [--runs runs/headroom] [--out benchmarks/results]
+
+A cell where truncated fine-tuning loses less than the test set can resolve can only ever show Theseus losing
+(the science issue). For each kind of labels, ``theseus compress --recipe minilm-rt-<labels>-<L>l`` fine-tunes the
+predecessor once (in the first depth's run) and trains only the ``truncated`` baseline (``theseus: false``) at each
+depth, on ``--steps`` steps (the other depths take that predecessor with ``--predecessor-from``). Kinds of labels
+run in parallel (``--jobs``), depths one after another. Every run resumes where it stopped; finished runs are kept.
+Writes ``<out>/headroom.json`` (every report) and ``headroom.md``: the predecessor's and the truncated model's test
+metric with bootstrap standard errors and the cost of truncation, per cell.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shlex
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from .harness import environment, markdown_table, write_report
+
+
+def run_cell(labels: str, layers: int, out: Path, config: Path, threads: int, predecessor_from: Path | None) -> dict:
+    """One ``theseus compress`` run of the scan (resumed when a checkpoint is there); returns its report."""
+    report = out / "report.json"
+    if not report.exists():
+        command = [sys.executable, "-m", "theseus_zoo.cli", "compress", "--recipe", f"minilm-rt-{labels}-{layers}l"]
+        command += ["--out", str(out), "--no-progress", "--config", str(config)]
+        if (out / "checkpoint.pt").exists():
+            command.append("--resume")
+        elif predecessor_from is not None:
+            command += ["--predecessor-from", str(predecessor_from)]
+        environment = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(out.parent / f"{out.name}.log", "a") as stream:
+            finished = subprocess.run(command, env=environment, stdout=stream, stderr=subprocess.STDOUT)
+        if finished.returncode != 0:
+            raise RuntimeError(f"{out} failed (exit {finished.returncode}); see {out.parent / (out.name + '.log')}")
+    return json.loads(report.read_text())
+
+
+def run_labels(labels: str, depths: list[int], runs: Path, config: Path, threads: int) -> dict[int, dict]:
+    reports, first = {}, None
+    for layers in depths:
+        out = runs / f"{labels}-{layers}l"
+        reports[layers] = run_cell(labels, layers, out, config, threads, first)
+        first = first or out
+    return reports
+
+
+def cell(report: dict[str, Any]) -> dict[str, float]:
+    metric = report["metric"]
+    predecessor, truncated = report["models"]["predecessor"], report["models"]["baseline:truncated"]
+    return {
+        "predecessor": predecessor["test"][metric],
+        "predecessor_se": predecessor["test_standard_error"],
+        "truncated": truncated["test"][metric],
+        "truncated_se": truncated["test_standard_error"],
+        "cost_points": 100 * (predecessor["test"][metric] - truncated["test"][metric]),
+        "test_examples": len(truncated["test_predictions"]),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--labels", nargs="+", default=["five", "regression", "binary"])
+    parser.add_argument("--layers", type=int, nargs="+", default=[3, 2, 1])
+    parser.add_argument("--steps", type=int, default=500, help="steps of the truncated baseline")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--runs", type=Path, default=Path("runs/headroom"))
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    args.runs.mkdir(parents=True, exist_ok=True)
+    config = args.runs / "scan.json"
+    overrides = {
+        "theseus": False,
+        "baselines": ["truncated"],
+        "replacing": {"steps": args.steps},
+        "steps_to_one": args.steps,
+    }
+    config.write_text(json.dumps(overrides) + "\n")
+    with ThreadPoolExecutor(args.jobs) as pool:
+        futures = {
+            labels: pool.submit(run_labels, labels, args.layers, args.runs, config, args.threads)
+            for labels in args.labels
+        }
+        reports = {labels: future.result() for labels, future in futures.items()}
+    cells = {f"{labels}-{layers}l": cell(report) for labels, by in reports.items() for layers, report in by.items()}
+    command = "python -m benchmarks.headroom " + shlex.join(sys.argv[1:] if argv is None else argv)
+    results = {
+        "command": command,
+        "seconds": time.perf_counter() - start,
+        "environment": environment(),
+        "overrides": overrides,
+        "cells": cells,
+        "reports": {f"{labels}-{layers}l": r for labels, by in reports.items() for layers, r in by.items()},
+    }
+    rows = []
+    for name, entry in cells.items():
+        paired_bound = 100 * math.hypot(entry["predecessor_se"], entry["truncated_se"])
+        rows.append(
+            [
+                name,
+                f"{entry['predecessor']:.4f} ± {entry['predecessor_se']:.4f}",
+                f"{entry['truncated']:.4f} ± {entry['truncated_se']:.4f}",
+                f"{entry['cost_points']:+.1f}",
+                f"{paired_bound:.1f}",
+                "yes" if entry["cost_points"] >= 3 else "no",
+            ]
+        )
+    markdown = "\n".join(
+        [
+            "# Headroom scan: the cost of truncation, all-MiniLM-L6-v2 on Rotten Tomatoes\n",
+            f"Truncated fine-tuning ({args.steps} steps, recipe defaults otherwise) against the fine-tuned "
+            "6-layer predecessor, on the 70/10/20 split's test set (accuracy; `score` = mean of Pearson and "
+            "Spearman for regression), ± a bootstrap standard error.\n",
+            markdown_table(
+                ["cell", "predecessor", "truncated", "cost (points)", "SE of the difference (unpaired)", "≥ 3"],
+                rows,
+            ),
+            f"\nCommand: `{command}` ({results['seconds'] / 60:.1f} min on {results['environment']['processor']}).\n",
+        ]
+    )
+    write_report(results, args.out, "headroom", markdown)
+    print(markdown)
+
+
+if __name__ == "__main__":
+    main()
