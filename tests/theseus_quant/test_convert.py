@@ -1,0 +1,127 @@
+"""quantize_, dequantize_ and the layers they install."""
+
+import copy
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from torch import nn
+
+from theseus_core.testing import toy_stacks
+from theseus_quant import convert
+from theseus_quant.layers import QuantEmbedding, QuantLinear
+from theseus_quant.quantizers import LSQQuantizer, UniformQuantizer, ternarize
+
+from .helpers import assert_unchanged, bert_batch, snapshot, tiny_bert
+
+
+def test_quant_linear_computes_the_quantized_affine_map():
+    torch.manual_seed(0)
+    linear = nn.Linear(6, 4)
+    layer = QuantLinear.from_linear(linear, weight_bits=2, activation_bits=None)
+    assert layer.weight is linear.weight and layer.bias is linear.bias, "parameters must be shared"
+    x = torch.randn(3, 6)
+    assert torch.equal(layer(x), nn.functional.linear(x, ternarize(linear.weight), linear.bias))
+    assert isinstance(layer, nn.Linear)
+
+
+def test_default_skip_on_bert_keeps_what_binarybert_keeps_in_full_precision():
+    model = tiny_bert(classifier=True)
+    params = {name: id(p) for name, p in model.named_parameters()}
+    record = convert.quantize_(model, weight_bits=2, activation_bits=8)
+    kinds = {name: type(m) for name, m in model.named_modules()}
+    assert kinds["bert.embeddings.word_embeddings"] is QuantEmbedding
+    for kept in ("bert.embeddings.position_embeddings", "bert.embeddings.token_type_embeddings"):
+        assert kinds[kept] is nn.Embedding
+    assert kinds["bert.pooler.dense"] is nn.Linear and kinds["classifier"] is nn.Linear
+    assert all(kind is not nn.Linear for name, kind in kinds.items() if name.startswith("bert.encoder"))
+    assert all(kind is nn.LayerNorm for name, kind in kinds.items() if name.endswith("LayerNorm"))
+    assert {name: id(p) for name, p in model.named_parameters() if "act_quant" not in name} == params
+    assert "bert.pooler.dense" in record.skipped and "classifier" in record.skipped
+    assert len(record.quantized) == 1 + 2 * 6  # word embeddings, and 6 Linear layers per BERT layer
+    assert "ternary" in str(record)
+    model(**bert_batch()).logits.sum().backward()
+    assert model.bert.encoder.layer[0].attention.self.query.act_quant.clip.grad is not None
+
+
+@pytest.mark.parametrize(("bits", "quantizer"), [(8, UniformQuantizer), (4, LSQQuantizer), (None, type(None))])
+def test_activation_bits_choose_the_quantizer(bits, quantizer):
+    model = tiny_bert()
+    convert.quantize_(model, 1, bits, embeddings=False)
+    layer = model.encoder.layer[0].output.dense
+    assert layer.weight_bits == 1 and type(layer.act_quant) is quantizer
+    assert type(model.embeddings.word_embeddings) is nn.Embedding
+
+
+def test_shared_modules_stay_shared_and_subclasses_are_left_alone():
+    shared = nn.Linear(4, 4)
+    model = nn.Sequential(shared, nn.ReLU(), shared, nn.MultiheadAttention(4, 1))
+    convert.quantize_(model, skip=[])
+    assert model[0] is model[2] and isinstance(model[0], QuantLinear)
+    assert type(model[3].out_proj) is not QuantLinear  # MultiheadAttention reads out_proj.weight directly
+
+
+def test_dequantize_gives_back_the_original_model():
+    model = tiny_bert()
+    original = copy.deepcopy(model)
+    convert.quantize_(model)
+    assert convert.dequantize_(model)
+    assert [type(m) for m in model.modules()] == [type(m) for m in original.modules()]
+    assert torch.equal(model(**bert_batch()).last_hidden_state, original(**bert_batch()).last_hidden_state)
+
+
+def _already_quantized(model):
+    convert.quantize_(model.blocks[0], skip=[])  # part of the model, before the snapshot
+
+
+BAD_CALLS = {
+    "weight bits 3": lambda model: convert.quantize_(model, 3),
+    "weight bits 0": lambda model: convert.quantize_(model, 0),
+    "weight bits True": lambda model: convert.quantize_(model, True),
+    "weight bits as text": lambda model: convert.quantize_(model, "2"),
+    "activation bits 16": lambda model: convert.quantize_(model, 2, 16),
+    "activation bits 2": lambda model: convert.quantize_(model, 2, 2),
+    "skip matching nothing": lambda model: convert.quantize_(model, skip=["head", "pooler"]),
+    "skip as one string": lambda model: convert.quantize_(model, skip="head"),
+    "skip everything": lambda model: convert.quantize_(model, skip=["*"]),
+    "bad granularity": lambda model: convert.quantize_(model, linear_granularity="column"),
+    "not a module": lambda model: convert.quantize_(model.state_dict()),
+    "the root is a Linear": lambda model: convert.quantize_(model.head),
+}
+
+
+@given(toy_stacks(max_blocks=3), st.sampled_from([*BAD_CALLS, "already quantized", "embedding with max_norm"]))
+def test_quantize_rejects_bad_input_before_any_change(model, case):
+    if case == "already quantized":
+        _already_quantized(model)
+        call = lambda model: convert.quantize_(model)  # noqa: E731
+    elif case == "embedding with max_norm":
+        model.table = nn.Embedding(5, 3, max_norm=1.0)
+        call = lambda model: convert.quantize_(model)  # noqa: E731
+    else:
+        call = BAD_CALLS[case]
+    before = snapshot(model)
+    with pytest.raises((TypeError, ValueError)):
+        call(model)
+    assert_unchanged(model, before)
+
+
+@given(toy_stacks(max_blocks=3), st.sampled_from([2, 1]), st.sampled_from([8, 4, None]))
+def test_quantize_replaces_every_linear_outside_the_skip_list(model, bits, activation_bits):
+    record = convert.quantize_(model, bits, activation_bits, skip=["head"])
+    for name, module in model.named_modules():
+        if name == "head":
+            assert type(module) is nn.Linear
+        elif isinstance(module, nn.Linear):
+            assert type(module) is QuantLinear and module.weight_bits == bits and name in record.quantized
+    assert record.skipped == ("head",)
+    assert model(*model.example_inputs()).shape == (4, 3)
+
+
+def test_skip_patterns_match_names_and_their_ancestors():
+    assert convert.matches("bert.pooler.dense", "pooler")
+    assert convert.matches("classifier", "classifier")
+    assert convert.matches("encoder.layer.0.output.dense", "encoder.layer.0.*")
+    assert not convert.matches("bert.poolers", "pooler")
+    assert not convert.matches("encoder.layer.10.output", "layer.1")

@@ -1,0 +1,142 @@
+"""Ternary weight splitting: BWN(w1) + BWN(w2) = TWN(w), and split models compute what ternary ones did."""
+
+import copy
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from theseus_core.testing import toy_stacks
+from theseus_quant import tws
+from theseus_quant.convert import quantize_
+from theseus_quant.layers import BinarySplitEmbedding, BinarySplitLinear, QuantLinear
+from theseus_quant.quantizers import binarize, binary_codes, ternarize, ternary_codes
+
+from .helpers import _skewed, assert_unchanged, bert_batch, snapshot, tiny_bert, weights
+
+GRANULARITY = st.sampled_from(["tensor", "row"])
+
+
+def assert_split_is_exact(weight: torch.Tensor, granularity: str) -> None:
+    w1, w2 = tws.split_ternary_weight(weight, granularity)
+    scale = weight.abs().max().item() + 1e-30
+    torch.testing.assert_close(w1 + w2, weight, rtol=1e-5, atol=1e-6 * scale, msg="w1 + w2 != w")
+    ternary = ternarize(weight, granularity)
+    torch.testing.assert_close(
+        binarize(w1, granularity) + binarize(w2, granularity),
+        ternary,
+        rtol=1e-5,
+        atol=1e-6 * scale,
+        msg="BWN(w1) + BWN(w2) != TWN(w)",
+    )
+    _, alpha = ternary_codes(weight, granularity)
+    for half in (w1, w2):
+        _, half_alpha = binary_codes(half, granularity)
+        torch.testing.assert_close(half_alpha, alpha / 2, rtol=1e-5, atol=1e-7 * scale, msg="scale != α/2")
+
+
+@given(weights(), GRANULARITY)
+def test_binary_halves_sum_to_the_ternary_weight(weight, granularity):
+    assert_split_is_exact(weight, granularity)
+
+
+def reference_a(weight: torch.Tensor) -> float:
+    w = weight.double().reshape(-1)
+    kept = w.abs() > 0.7 * w.abs().mean()
+    s_i, s_j, s_k = w.abs()[kept].sum(), w[~kept & (w >= 0)].abs().sum(), w[~kept & (w < 0)].abs().sum()
+    return ((s_i + s_k - s_j) / (2 * s_i)).item()
+
+
+def test_skewed_groups_where_the_reference_formula_breaks_still_split_exactly():
+    weight = _skewed(1, 10, torch.Generator().manual_seed(0))
+    assert not 0 < reference_a(weight) < 1, "this example should defeat the reference assignment"
+    assert_split_is_exact(weight, "tensor")
+
+
+@pytest.mark.parametrize(
+    "weight",
+    [
+        torch.tensor([[1.0, -1.0, 1.0, -1.0]]),  # J ∪ K empty: every weight above Δ
+        torch.zeros(3, 4),  # α = 0
+        torch.tensor([[0.0, 0.0, 5.0, 0.0]]),  # exact zeros join J
+        torch.tensor([[2.5]]),  # one weight
+        torch.tensor([[1e-30, -1e-30, 1.0]]),
+    ],
+)
+@pytest.mark.parametrize("granularity", ["tensor", "row"])
+def test_degenerate_groups_split_exactly(weight, granularity):
+    assert_split_is_exact(weight, granularity)
+    w1, w2 = tws.split_ternary_weight(weight, granularity)
+    zero = (ternarize(weight, granularity) == 0) & (weight.abs().max() > 0)
+    assert torch.all((w1[zero] >= 0) != (w2[zero] >= 0)), "the halves must cancel where the ternary weight is 0"
+
+
+def _forward(model, inputs):
+    with torch.no_grad():
+        return model(*inputs)
+
+
+@given(toy_stacks(max_blocks=3, dropout=False), st.sampled_from([8, 4, None]), st.integers(0, 100))
+def test_split_model_computes_what_the_ternary_model_computed(model, activation_bits, seed):
+    quantize_(model, 2, activation_bits, skip=["head"])
+    inputs = model.example_inputs(seed=seed)
+    for training in (False, True):
+        model.train(training)
+        ternary = _forward(model, inputs)  # also initialises LSQ steps
+        split = copy.deepcopy(model)
+        record = tws.split_ternary_(split)
+        assert len(record.split) == sum(isinstance(m, QuantLinear) for m in model.modules())
+        assert not any(type(m) is QuantLinear and m.weight_bits == 2 for m in split.modules())
+        torch.testing.assert_close(_forward(split, inputs), ternary, rtol=1e-5, atol=1e-5)
+
+
+def test_split_bert_computes_what_the_ternary_bert_computed():
+    model = tiny_bert()
+    quantize_(model, 2, 8)
+    ternary = model(**bert_batch()).last_hidden_state
+    record = tws.split_ternary_(model)
+    assert isinstance(model.embeddings.word_embeddings, BinarySplitEmbedding)
+    query = model.encoder.layer[0].attention.self.query
+    assert isinstance(query, BinarySplitLinear) and query.out_features == 16
+    assert "encoder.layer.1.output.dense" in record.split and "split" in str(record)
+    torch.testing.assert_close(model(**bert_batch()).last_hidden_state, ternary, rtol=1e-5, atol=1e-5)
+
+
+def test_both_halves_carry_the_activation_quantizer_state_and_half_the_bias():
+    torch.manual_seed(0)
+    layer = QuantLinear(5, 3, weight_bits=2, activation_bits=4)
+    model = torch.nn.Sequential(layer)
+    layer.act_quant(torch.randn(8, 5))  # LSQ initialised
+    with torch.no_grad():
+        layer.act_quant.step.mul_(1.7)
+    tws.split_ternary_(model)
+    split = model[0]
+    for half in (split.first, split.second):
+        assert half.act_quant is not layer.act_quant
+        assert torch.equal(half.act_quant.step, layer.act_quant.step) and bool(half.act_quant.initialized)
+        assert torch.equal(half.bias, layer.bias / 2) and half.weight_bits == 1
+
+
+def test_split_names_choose_layers_and_bad_names_change_nothing():
+    model = tiny_bert()
+    quantize_(model, 2, None, embeddings=False)
+    before = snapshot(model)
+    with pytest.raises(ValueError, match="not ternary layers"):
+        tws.split_ternary_(model, ["encoder.layer.0.attention.self.query", "encoder.layer.9.nothing"])
+    with pytest.raises(ValueError, match="not ternary layers"):
+        tws.split_ternary_(model, [])
+    assert_unchanged(model, before)
+    record = tws.split_ternary_(model, ["encoder.layer.0.attention.self.query"])
+    assert record.split == ("encoder.layer.0.attention.self.query",) and len(record.kept_ternary) == 11
+    assert len(tws.binarize_(model)) == 11
+    assert not any(getattr(m, "weight_bits", 1) == 2 for m in model.modules())
+
+
+def test_split_without_ternary_layers_raises():
+    model = tiny_bert()
+    with pytest.raises(ValueError, match="no ternary layer"):
+        tws.split_ternary_(model)
+    quantize_(model, 1, 8)
+    with pytest.raises(ValueError, match="no ternary layer"):
+        tws.split_ternary_(model)

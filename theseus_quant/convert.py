@@ -1,0 +1,266 @@
+"""In-place conversion: `quantize_`, `dequantize_`, and the `quantized_copy` successor factory.
+
+`quantize_` follows the rules of `theseus_core.replace_`: everything is checked
+before the first change (on any error the model is untouched), the modules are
+snapshotted before any is swapped, an empty match raises, and the returned
+record says what was replaced.
+"""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from torch import nn
+
+from .layers import QUANTIZED_TYPES, WEIGHT_BITS, QuantEmbedding, QuantLinear
+from .quantizers import ACTIVATION_BITS, GRANULARITIES, Granularity
+
+DEFAULT_SKIP = ("classifier", "pooler", "position_embeddings", "token_type_embeddings")
+"""What BinaryBERT keeps in full precision besides LayerNorm and biases (which `quantize_` never
+touches): the classifier, the pooler, and the position and token-type embeddings."""
+
+
+@dataclass(frozen=True)
+class QuantizationRecord:
+    """What `quantize_` did: ``quantized`` maps each replaced module's qualified name to a
+    description; ``skipped`` names the Linear / Embedding modules left in full precision."""
+
+    quantized: dict[str, str]
+    skipped: tuple[str, ...]
+    weight_bits: int
+    activation_bits: int | None
+
+    def __str__(self) -> str:
+        kind = {2: "ternary", 1: "binary"}[self.weight_bits]
+        acts = "full-precision" if self.activation_bits is None else f"{self.activation_bits}-bit"
+        lines = [f"quantize_: {len(self.quantized)} modules → {kind} weights, {acts} activations"]
+        lines += [f"  {name}: {description}" for name, description in self.quantized.items()]
+        if self.skipped:
+            lines.append(f"  kept in full precision: {', '.join(self.skipped)}")
+        return "\n".join(lines)
+
+
+def matches(name: str, pattern: str) -> bool:
+    """Whether a module's qualified ``name`` falls under a skip ``pattern``.
+
+    A pattern is an ``fnmatch`` glob matched against the name and each of its
+    ancestors, anchored at the root or at any dot: ``"pooler"`` matches
+    ``bert.pooler`` and ``bert.pooler.dense``; ``"encoder.layer.0.*"`` matches
+    everything in layer 0.
+    """
+    parts = name.split(".")
+    for end in range(1, len(parts) + 1):
+        prefix = ".".join(parts[:end])
+        if fnmatch.fnmatchcase(prefix, pattern) or fnmatch.fnmatchcase(prefix, f"*.{pattern}"):
+            return True
+    return False
+
+
+def _children(module: nn.Module) -> list[tuple[nn.Module, str, str, nn.Module]]:
+    """Every (parent, key, qualified name, child) edge, shared modules once per parent."""
+    edges = []
+    for parent_name, parent in module.named_modules(remove_duplicate=False):
+        for key, child in parent._modules.items():
+            if child is not None:
+                edges.append((parent, key, f"{parent_name}.{key}" if parent_name else key, child))
+    return edges
+
+
+def _check_skip(skip: Sequence[str] | None) -> tuple[tuple[str, ...], bool]:
+    if skip is None:
+        return DEFAULT_SKIP, False
+    if isinstance(skip, str) or not all(isinstance(pattern, str) for pattern in skip):
+        raise TypeError(f"skip must be a list of name patterns such as ['classifier', 'pooler'], got {skip!r}")
+    return tuple(skip), True
+
+
+def _describe(layer: nn.Module) -> str:
+    kind = {2: "ternary", 1: "binary"}[layer.weight_bits]
+    if isinstance(layer, QuantLinear):
+        acts = "fp" if layer.act_quant is None else f"{layer.act_quant.bits}-bit"
+        return f"Linear({layer.in_features}→{layer.out_features}), {kind}/{layer.granularity}, inputs {acts}"
+    return f"Embedding({layer.num_embeddings}×{layer.embedding_dim}), {kind}/{layer.granularity}"
+
+
+def quantize_(
+    module: nn.Module,
+    weight_bits: int = 2,
+    activation_bits: int | None = 8,
+    *,
+    skip: Sequence[str] | None = None,
+    embeddings: bool = True,
+    linear_granularity: Granularity = "tensor",
+    embedding_granularity: Granularity = "row",
+) -> QuantizationRecord:
+    """Replaces every ``nn.Linear`` (and ``nn.Embedding``) inside ``module`` by its quantized form, in place.
+
+    The new layers share the old ones' parameters (an optimizer built before
+    keeps working). Only modules whose type is exactly ``nn.Linear`` /
+    ``nn.Embedding`` are converted: a subclass may bypass ``forward`` (as
+    ``nn.MultiheadAttention`` does with its ``out_proj``). LayerNorm and biases
+    always stay in full precision.
+
+    Args:
+        module: The model; changed in place. It must not itself be a Linear /
+            Embedding (use `QuantLinear.from_linear`).
+        weight_bits: 2 (ternary, TWN) or 1 (binary, BWN). (default: ``2``)
+        activation_bits: Inputs of every quantized Linear: 8 (uniform, learnable
+            clip), 4 (LSQ) or ``None`` (full precision). (default: ``8``)
+        skip: Name patterns (see `matches`) of modules kept in full precision.
+            ``None`` uses `DEFAULT_SKIP` (BinaryBERT's choice; patterns that match
+            nothing are fine). An explicit list must have every pattern match
+            some module, so a typo cannot go unnoticed. (default: ``None``)
+        embeddings: Quantize ``nn.Embedding`` tables too (word embeddings, per
+            row). (default: ``True``)
+        linear_granularity, embedding_granularity: One scale per tensor or per
+            row. (default: ``"tensor"``, ``"row"``, as BinaryBERT)
+
+    Returns:
+        A `QuantizationRecord` (print it).
+
+    Raises:
+        TypeError, ValueError: Bad arguments, a skip pattern matching nothing,
+            modules already quantized, nothing to quantize; the model is then
+            unchanged.
+    """
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"quantize_ takes an nn.Module, got {type(module).__name__}")
+    if isinstance(weight_bits, bool) or weight_bits not in WEIGHT_BITS:
+        raise ValueError(f"weight_bits must be 2 (ternary) or 1 (binary), got {weight_bits!r}")
+    if isinstance(activation_bits, bool) or activation_bits not in ACTIVATION_BITS:
+        raise ValueError(f"activation_bits must be one of {ACTIVATION_BITS}, got {activation_bits!r}")
+    for granularity in (linear_granularity, embedding_granularity):
+        if granularity not in GRANULARITIES:
+            raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
+    patterns, strict = _check_skip(skip)
+    names = [name for name, _ in module.named_modules(remove_duplicate=False) if name]
+    if strict:
+        unmatched = [p for p in patterns if not any(matches(name, p) for name in names)]
+        if unmatched:
+            raise ValueError(f"skip patterns {unmatched} match no module of this {type(module).__name__}")
+    done = [name for name, m in module.named_modules() if isinstance(m, QUANTIZED_TYPES)]
+    if isinstance(module, QUANTIZED_TYPES) or done:
+        raise ValueError(
+            f"this {type(module).__name__} is already quantized ({', '.join(done) or 'the root'}); "
+            "quantize_ a fresh full-precision model, or use split_ternary_ on a ternary one"
+        )
+    kinds = (nn.Linear, nn.Embedding) if embeddings else (nn.Linear,)
+    if type(module) in kinds:
+        raise ValueError(
+            f"quantize_ replaces modules inside a model in place and cannot replace the root "
+            f"{type(module).__name__}; use QuantLinear.from_linear / QuantEmbedding.from_embedding"
+        )
+
+    edges = [edge for edge in _children(module) if type(edge[3]) in kinds]
+    skipped_ids = {id(child) for _, _, name, child in edges if any(matches(name, p) for p in patterns)}
+    targets = [edge for edge in edges if id(edge[3]) not in skipped_ids]
+    if not targets:
+        raise ValueError(
+            f"nothing to quantize in this {type(module).__name__}: no nn.Linear"
+            f"{' or nn.Embedding' if embeddings else ''} outside the skip patterns {list(patterns)}"
+        )
+    replacements: dict[int, nn.Module] = {}
+    for _, _, _, child in targets:  # build everything first: a failure here leaves the model as it was
+        if id(child) in replacements:
+            continue
+        if type(child) is nn.Linear:
+            new = QuantLinear.from_linear(
+                child, weight_bits=weight_bits, activation_bits=activation_bits, granularity=linear_granularity
+            )
+        else:
+            new = QuantEmbedding.from_embedding(child, weight_bits=weight_bits, granularity=embedding_granularity)
+        replacements[id(child)] = new
+    # --- nothing above this line changes the model ---
+    quantized = {}
+    for parent, key, name, child in targets:
+        parent._modules[key] = replacements[id(child)]
+        quantized[name] = _describe(replacements[id(child)])
+    skipped = tuple(dict.fromkeys(name for _, _, name, child in edges if id(child) in skipped_ids))
+    return QuantizationRecord(quantized, skipped, weight_bits, activation_bits)
+
+
+def dequantize_(module: nn.Module) -> list[str]:
+    """Undoes `quantize_`: every `QuantLinear` / `QuantEmbedding` inside ``module`` becomes a plain
+    ``nn.Linear`` / ``nn.Embedding`` holding its latent weight (the same parameters); activation
+    quantizers are dropped. Split layers cannot be merged back and raise (before any change).
+    Returns the qualified names replaced."""
+    edges = [edge for edge in _children(module) if isinstance(edge[3], QUANTIZED_TYPES)]
+    split = [name for _, _, name, child in edges if not isinstance(child, (QuantLinear, QuantEmbedding))]
+    if split:
+        raise ValueError(f"split layers cannot be dequantized: {split}")
+    if isinstance(module, QUANTIZED_TYPES):
+        raise ValueError("dequantize_ works on the modules inside a model; the root is a quantized layer")
+    plain: dict[int, nn.Module] = {}
+    for parent, key, _, child in edges:
+        if id(child) not in plain:
+            if isinstance(child, QuantLinear):
+                new = nn.Linear(child.in_features, child.out_features, bias=False, device="meta")
+                new.weight, new.bias = child.weight, child.bias
+            else:
+                new = nn.Embedding(child.num_embeddings, child.embedding_dim, child.padding_idx, device="meta")
+                new.weight, new.scale_grad_by_freq = child.weight, child.scale_grad_by_freq
+            new.train(child.training)
+            plain[id(child)] = new
+        parent._modules[key] = plain[id(child)]
+    return [name for _, _, name, _ in edges]
+
+
+class quantized_copy:  # noqa: N801 - used like a function: successor=quantized_copy(2, 8)
+    """Successor factory (for `theseus_core.ModuleSpec` / `plan`) giving a quantized copy of the group.
+
+    The group's modules (or only those at ``layers``: quantize and compress in
+    one run) are deep-copied, chained as the group was called, and passed to
+    `quantize_`. `theseus_core.replace_` then trains the quantized layers against
+    their frozen full-precision neighbours, with the curriculum.
+
+    Args:
+        weight_bits, activation_bits, skip, embeddings: As `quantize_`.
+            (default: ``2``, ``8``, ``None``, ``True``)
+        layers: Positions in the group of the modules to copy, in order
+            (``[0]``: the bottom one, as BERT-of-Theseus). (default: all)
+    """
+
+    def __init__(
+        self,
+        weight_bits: int = 2,
+        activation_bits: int | None = 8,
+        layers: Sequence[int] | None = None,
+        *,
+        skip: Sequence[str] | None = None,
+        embeddings: bool = True,
+    ) -> None:
+        if isinstance(weight_bits, bool) or weight_bits not in WEIGHT_BITS:
+            raise ValueError(f"weight_bits must be 2 (ternary) or 1 (binary), got {weight_bits!r}")
+        if isinstance(activation_bits, bool) or activation_bits not in ACTIVATION_BITS:
+            raise ValueError(f"activation_bits must be one of {ACTIVATION_BITS}, got {activation_bits!r}")
+        if layers is not None and (not layers or not all(isinstance(i, int) for i in layers)):
+            raise ValueError(f"layers must be a non-empty list of positions in the group, got {layers!r}")
+        self.weight_bits = weight_bits
+        self.activation_bits = activation_bits
+        self.layers = None if layers is None else tuple(layers)
+        self.skip = skip
+        self.embeddings = embeddings
+
+    def __call__(self, group: list[nn.Module]) -> nn.Module:
+        from theseus_core import PredecessorChain  # the engine's way of chaining modules called like one
+
+        positions = range(len(group)) if self.layers is None else self.layers
+        if not all(-len(group) <= i < len(group) for i in positions):
+            raise IndexError(f"{self!r} on a group of {len(group)} modules")
+        copies = [copy.deepcopy(group[i]) for i in positions]
+        successor = copies[0] if len(copies) == 1 else PredecessorChain(copies)
+        if type(successor) is nn.Linear:
+            return QuantLinear.from_linear(
+                successor, weight_bits=self.weight_bits, activation_bits=self.activation_bits
+            )
+        if type(successor) is nn.Embedding and self.embeddings:
+            return QuantEmbedding.from_embedding(successor, weight_bits=self.weight_bits)
+        quantize_(successor, self.weight_bits, self.activation_bits, skip=self.skip, embeddings=self.embeddings)
+        return successor
+
+    def __repr__(self) -> str:
+        layers = "" if self.layers is None else f", layers={list(self.layers)}"
+        return f"quantized_copy({self.weight_bits}, {self.activation_bits}{layers})"
