@@ -122,3 +122,14 @@ def test_bad_arguments_raise():
         quantizers.activation_quantizer(6)
     with pytest.raises(ValueError, match="activation bits"):
         UniformQuantizer(1)
+
+
+@pytest.mark.parametrize("bits", [1, 2])
+def test_quantizers_are_idempotent_at_realistic_sizes(bits):
+    # Float32 scales would break this on most matrices of this size (sums of many equal values round).
+    generator = torch.Generator().manual_seed(0)
+    for granularity in ("tensor", "row"):
+        for _ in range(4):
+            weight = torch.randn(256, 300, generator=generator)
+            once = quantizers.quantize_weight(weight, bits, granularity)
+            assert torch.equal(quantizers.quantize_weight(once, bits, granularity), once)
