@@ -44,6 +44,31 @@ def _grouped(weight: torch.Tensor, granularity: str) -> torch.Tensor:
     return weight.reshape(1, -1) if granularity == "tensor" else weight.reshape(weight.shape[0], -1)
 
 
+def _ternary(flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """TWN on ``[groups, elements]``: (codes in {−1, 0, 1} in ``flat``'s dtype, α as float64 ``[groups, 1]``).
+
+    Elementwise work stays in ``flat``'s dtype; only the sums are taken in float64, which is what
+    makes α exact on a quantized input (k equal float32 values sum exactly in float64).
+    """
+    magnitude = flat.abs()
+    count = flat.shape[1]
+    delta = TERNARY_THRESHOLD * magnitude.sum(dim=1, keepdim=True, dtype=torch.float64) / max(count, 1)
+    kept = magnitude > delta.to(flat.dtype)
+    codes = torch.sign(flat) * kept
+    # An all-zero group keeps nothing: α = 0 (the clamp only avoids 0 / 0).
+    alpha = (magnitude * kept).sum(dim=1, keepdim=True, dtype=torch.float64) / kept.sum(dim=1, keepdim=True).clamp(
+        min=1
+    )
+    return codes, alpha
+
+
+def _binary(flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """BWN on ``[groups, elements]``: (codes ±1 in ``flat``'s dtype, sign(0) = +1; α float64 ``[groups, 1]``)."""
+    alpha = flat.abs().sum(dim=1, keepdim=True, dtype=torch.float64) / max(flat.shape[1], 1)
+    codes = torch.where(flat >= 0, 1.0, -1.0).to(flat.dtype)
+    return codes, alpha
+
+
 def ternary_codes(weight: torch.Tensor, granularity: Granularity = "tensor") -> tuple[torch.Tensor, torch.Tensor]:
     """TWN codes and scales of ``weight`` (no gradient).
 
@@ -53,27 +78,15 @@ def ternary_codes(weight: torch.Tensor, granularity: Granularity = "tensor") -> 
         group for ``"tensor"``, one per row for ``"row"``) in ``weight``'s dtype,
         so that ``codes * scales`` (viewed per group) is the ternary weight.
     """
-    codes, alpha = _ternary64(_grouped(weight.detach(), granularity).to(torch.float64))
+    codes, alpha = _ternary(_grouped(weight.detach(), granularity))
     return codes.to(torch.int8).reshape(weight.shape), alpha.to(weight.dtype)
-
-
-def _ternary64(flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """TWN on float64 ``[groups, elements]``: (codes as float64, α of shape [groups, 1])."""
-    magnitude = flat.abs()
-    delta = TERNARY_THRESHOLD * magnitude.mean(dim=1, keepdim=True)
-    kept = magnitude > delta
-    # An all-zero group keeps nothing: α = 0 (the clamp only avoids 0 / 0).
-    alpha = (magnitude * kept).sum(dim=1, keepdim=True) / kept.sum(dim=1, keepdim=True).clamp(min=1)
-    return torch.sign(flat) * kept, alpha
 
 
 def binary_codes(weight: torch.Tensor, granularity: Granularity = "tensor") -> tuple[torch.Tensor, torch.Tensor]:
     """BWN codes and scales of ``weight`` (no gradient): codes ±1 (int8, sign(0) = +1) and
     scales ``[groups, 1]`` = mean|w| per group, as in `ternary_codes`."""
-    flat = _grouped(weight.detach(), granularity).to(torch.float64)
-    alpha = flat.abs().mean(dim=1, keepdim=True)
-    codes = torch.where(flat >= 0, 1, -1).to(torch.int8)
-    return codes.reshape(weight.shape), alpha.to(weight.dtype)
+    codes, alpha = _binary(_grouped(weight.detach(), granularity))
+    return codes.to(torch.int8).reshape(weight.shape), alpha.to(weight.dtype)
 
 
 def dequantize(codes: torch.Tensor, scales: torch.Tensor, granularity: Granularity = "tensor") -> torch.Tensor:
@@ -89,14 +102,14 @@ def straight_through(value: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
 
 def ternarize(weight: torch.Tensor, granularity: Granularity = "tensor") -> torch.Tensor:
     """TWN ternary weight ŵ ∈ {−α, 0, α} per group, with a straight-through gradient to ``weight``."""
-    codes, scales = ternary_codes(weight, granularity)
-    return straight_through(dequantize(codes, scales, granularity), weight)
+    codes, alpha = _ternary(_grouped(weight.detach(), granularity))
+    return straight_through((codes * alpha.to(weight.dtype)).reshape(weight.shape), weight)
 
 
 def binarize(weight: torch.Tensor, granularity: Granularity = "tensor") -> torch.Tensor:
     """BWN binary weight ŵ = ±α per group (α = mean|w|), with a straight-through gradient to ``weight``."""
-    codes, scales = binary_codes(weight, granularity)
-    return straight_through(dequantize(codes, scales, granularity), weight)
+    codes, alpha = _binary(_grouped(weight.detach(), granularity))
+    return straight_through((codes * alpha.to(weight.dtype)).reshape(weight.shape), weight)
 
 
 def quantize_weight(weight: torch.Tensor, bits: int, granularity: Granularity = "tensor") -> torch.Tensor:

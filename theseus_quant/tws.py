@@ -34,7 +34,7 @@ from torch import nn
 
 from .convert import _children
 from .layers import BinarySplitEmbedding, BinarySplitLinear, QuantEmbedding, QuantLinear
-from .quantizers import Granularity, _grouped, _ternary64, binarize, ternarize
+from .quantizers import Granularity, _grouped, _ternary, binarize, ternarize
 
 
 def split_ternary_weight(
@@ -47,7 +47,7 @@ def split_ternary_weight(
     formulas and the degenerate cases.
     """
     flat = _grouped(weight.detach(), granularity).to(torch.float64)
-    codes, alpha = _ternary64(flat)
+    codes, alpha = _ternary(flat)
     inner = codes != 0  # I
     rest = ~inner  # J ∪ K
     magnitude = flat.abs()
@@ -83,7 +83,7 @@ def _carrying_half(flat: torch.Tensor, rest: torch.Tensor, sum_inner: torch.Tens
         return first_carries
     key = torch.where(rest, magnitude, torch.full_like(magnitude, -1.0))
     order = key.argsort(dim=1, descending=True, stable=True)
-    rank = torch.empty_like(order).scatter_(1, order, torch.arange(flat.shape[1]).expand_as(order))
+    rank = torch.empty_like(order).scatter_(1, order, torch.arange(flat.shape[1], device=flat.device).expand_as(order))
     return torch.where(feasible, first_carries, rank % 2 == 0)
 
 
