@@ -77,6 +77,18 @@ def _forward(model, inputs):
         return model(*inputs)
 
 
+def _layer_calls(model, inputs):
+    """Input and output of every quantized Linear in one forward pass."""
+    calls, handles = {}, []
+    for name, module in model.named_modules():
+        if isinstance(module, QuantLinear):
+            handles.append(module.register_forward_hook(lambda m, a, out, name=name: calls.update({name: (a[0], out)})))
+    _forward(model, inputs)
+    for handle in handles:
+        handle.remove()
+    return calls
+
+
 @given(toy_stacks(max_blocks=3, dropout=False), st.sampled_from([8, 4, None]), st.integers(0, 100))
 def test_split_model_computes_what_the_ternary_model_computed(model, activation_bits, seed):
     quantize_(model, 2, activation_bits, skip=["head"])
@@ -84,16 +96,23 @@ def test_split_model_computes_what_the_ternary_model_computed(model, activation_
     for training in (False, True):
         model.train(training)
         ternary = _forward(model, inputs)  # also initialises LSQ steps
+        calls = _layer_calls(model, inputs)
         split = copy.deepcopy(model)
         record = tws.split_ternary_(split)
-        assert len(record.split) == sum(isinstance(m, QuantLinear) for m in model.modules())
+        assert set(record.split) == set(calls)
         assert not any(type(m) is QuantLinear and m.weight_bits == 2 for m in split.modules())
-        torch.testing.assert_close(_forward(split, inputs), ternary, rtol=1e-5, atol=1e-5)
+        # Layer by layer, on the same input: equal to float rounding, with quantized activations too.
+        for name, (x, out) in calls.items():
+            torch.testing.assert_close(_forward(split.get_submodule(name), (x,)), out, rtol=1e-5, atol=1e-5)
+        if activation_bits is None:
+            # Whole model: with quantized activations a rounding difference of 1e-7 can move an activation
+            # across a rounding boundary (one step, ~1e-2 at 8 bits) in a later layer, so only without them.
+            torch.testing.assert_close(_forward(split, inputs), ternary, rtol=1e-5, atol=1e-5)
 
 
 def test_split_bert_computes_what_the_ternary_bert_computed():
     model = tiny_bert()
-    quantize_(model, 2, 8)
+    quantize_(model, 2, None)
     ternary = model(**bert_batch()).last_hidden_state
     record = tws.split_ternary_(model)
     assert isinstance(model.embeddings.word_embeddings, BinarySplitEmbedding)
