@@ -46,8 +46,11 @@ def split_ternary_weight(
     Computed in float64 and returned in ``weight``'s dtype. See the module docstring for the
     formulas and the degenerate cases.
     """
-    flat = _grouped(weight.detach(), granularity).to(torch.float64)
-    codes, alpha = _ternary(flat)
+    grouped = _grouped(weight.detach(), granularity)
+    # I and α exactly as the forward pass computes them (in the weight's dtype: an element within
+    # rounding of Δ must fall on the same side here as in `ternarize`), the rest in float64.
+    codes, alpha = _ternary(grouped)
+    flat = grouped.to(torch.float64)
     inner = codes != 0  # I
     rest = ~inner  # J ∪ K
     magnitude = flat.abs()

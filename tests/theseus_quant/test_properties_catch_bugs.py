@@ -119,6 +119,10 @@ BUGS = {
         (tws, "_carrying_half", lambda flat, rest, sum_inner: flat >= 0),
         [test_tws.test_binary_halves_sum_to_the_ternary_weight],
     ),
+    "TWS decides I in float64": (
+        (tws, "_ternary", lambda flat: quantizers._ternary(flat.double())),
+        [test_tws.test_an_element_at_the_threshold_falls_on_the_same_side_as_in_the_forward_pass],
+    ),
     "TWS keeps the whole bias in one half": (
         (tws, "_split_layer", bias_not_halved),
         [test_tws.test_split_model_computes_what_the_ternary_model_computed],
