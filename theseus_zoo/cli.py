@@ -4,6 +4,7 @@
     theseus compress --recipe NAME [--out DIR] [--config FILE.json] [--seed N] [--steps-to-one N] [--resume]
                      [--predecessor-from RUN_DIR]
     theseus sweep --recipe NAME (--grid FIELD=V1,V2,... ... | --paper-grid) [--out DIR] [same flags]
+    theseus analyze --recipe NAME --analysis sensitivity|schedules|budget [--out DIR] [same flags]
 
 Bad input ends with one line on stderr that says what to do (exit status 2),
 before any training. Ctrl-C keeps the last checkpoint: ``--resume`` continues.
@@ -38,7 +39,8 @@ def _parser() -> argparse.ArgumentParser:
     recipes.add_argument("pattern", nargs="?", default="*", help="glob on recipe names (default: all)")
     compress = commands.add_parser("compress", help="run a recipe: predecessor, compression, baselines, report")
     sweep = commands.add_parser("sweep", help="run a recipe over a grid of its fields; the best on dev wins")
-    for command in (compress, sweep):
+    analyze = commands.add_parser("analyze", help="the paper's analyses: module sensitivity, schedules, budget")
+    for command in (compress, sweep, analyze):
         command.add_argument("--recipe", required=True, help="a name from `theseus recipes`")
         command.add_argument("--out", type=Path, help="output directory (default: runs/<recipe>[-sweep])")
         command.add_argument("--config", type=Path, help="JSON object of recipe fields to override")
@@ -51,6 +53,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     sweep.add_argument("--grid", action="append", default=[], help="FIELD=V1,V2,... (repeatable; FIELD may be dotted)")
     sweep.add_argument("--paper-grid", action="store_true", help="BERT-of-Theseus' grid: lr, basic rate b, steps to 1")
+    analyze.add_argument("--analysis", required=True, choices=("sensitivity", "schedules", "budget"))
+    analyze.add_argument("--constant-rate", type=float, default=0.5, help="p of the constant schedule (schedules)")
+    analyze.add_argument(
+        "--budgets", type=float, nargs="+", default=[0.5, 1.0, 2.0], help="multiples of the replacing steps (budget)"
+    )
     return parser
 
 
@@ -83,6 +90,21 @@ def main(argv: list[str] | None = None) -> int:
             out = args.out or Path("runs") / f"{recipe.name}-sweep"
             print(markdown(sweep(recipe, grid, out, resume=args.resume, progress=not args.no_progress)))
             print(f"every point's run, sweep.json and sweep.md are in {out}")
+            return 0
+        if args.command == "analyze":
+            from . import analyze
+
+            out = args.out or Path("runs") / f"{recipe.name}-{args.analysis}"
+            if not args.resume and out.exists() and any(out.iterdir()):
+                raise ValueError(f"{out} holds an analysis already; pass --resume to continue it, or another --out")
+            options = {"progress": not args.no_progress}
+            if args.analysis == "schedules":
+                options["constant_rate"] = args.constant_rate
+            elif args.analysis == "budget":
+                options["budgets"] = args.budgets
+            getattr(analyze, args.analysis)(recipe, out, **options)
+            print((out / f"{args.analysis}.md").read_text())
+            print(f"the runs, {args.analysis}.json and {args.analysis}.png are in {out}")
             return 0
         from .trainer import Run  # heavy imports (accelerate) only for a run
 

@@ -8,9 +8,13 @@ A grid field is a recipe field, or a dotted path into ``options`` or a phase
 lists). Points run one after another in ``<out>/point-NN``. When the grid leaves
 the predecessor alone (no ``family``, ``options``, ``predecessor`` or ``seed``),
 the first point fine-tunes it and the others take it from there. Points skip
-the baselines (the sweep tunes the compression). A point whose recipe is invalid
-(e.g. ``steps_to_one`` beyond ``replacing.steps``) is listed as skipped. Like
-`theseus compress`, an interrupted sweep continues with ``--resume``.
+the baselines (the sweep tunes the compression). A point whose ``steps_to_one`` lies
+beyond the recipe's ``replacing.steps`` (the paper's grid reaches p = 1 at up to 30,000
+steps) gets ``replacing.steps`` extended to keep the recipe's successor fine-tuning
+after p = 1 (``steps_to_one`` + the recipe's ``replacing.steps - steps_to_one``), and
+its row says so. A point whose recipe is still invalid is listed as skipped, with the
+reason, in ``sweep.md`` and on stderr. Like `theseus compress`, an interrupted sweep
+continues with ``--resume``.
 Writes ``<out>/sweep.json`` and ``sweep.md``; the winner is chosen on dev, and its
 test metric is what the sweep reports.
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -77,12 +82,17 @@ def sweep(recipe: Recipe, grid: Mapping[str, Sequence[Any]], out: Path, *, resum
     from .trainer import Run, RunError
 
     out = Path(out)
-    candidates = []
+    candidates, notes = [], {}
     for number, point in enumerate(points(grid)):
+        overrides = {**overrides_of(point), "baselines": ()}
+        note = _extend_for_steps_to_one(recipe, point, overrides)
         try:
-            candidate = recipe.with_overrides({**overrides_of(point), "baselines": ()})
+            candidate = recipe.with_overrides(overrides)
         except (ValueError, TypeError) as error:
             candidate = error
+            print(f"theseus sweep: skipping grid point {point}: {error}", file=sys.stderr)
+        if note:
+            notes[number] = note
         candidates.append((out / f"point-{number:02d}", point, candidate))
     if all(isinstance(candidate, Exception) for _, _, candidate in candidates):
         raise RunError(f"no grid point gives a valid recipe: {candidates[0][2]}")
@@ -92,7 +102,7 @@ def sweep(recipe: Recipe, grid: Mapping[str, Sequence[Any]], out: Path, *, resum
         field.partition(".")[0] in _PREDECESSOR_FIELDS for field in grid
     )
     rows, source = [], None
-    for directory, point, candidate in candidates:
+    for number, (directory, point, candidate) in enumerate(candidates):
         if isinstance(candidate, Exception):
             rows.append({"point": point, "skipped": str(candidate)})
             continue
@@ -119,6 +129,7 @@ def sweep(recipe: Recipe, grid: Mapping[str, Sequence[Any]], out: Path, *, resum
                 "test": theseus["test"][report["metric"]],
                 "retention_percent": theseus["retention_percent"],
                 "predecessor_test": report["models"]["predecessor"]["test"][report["metric"]],
+                **({"note": notes[number]} if number in notes else {}),
             }
         )
     finished = [row for row in rows if "dev" in row]
@@ -128,6 +139,20 @@ def sweep(recipe: Recipe, grid: Mapping[str, Sequence[Any]], out: Path, *, resum
     (out / "sweep.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / "sweep.md").write_text(markdown(summary))
     return summary
+
+
+def _extend_for_steps_to_one(recipe: Recipe, point: Mapping[str, Any], overrides: dict[str, Any]) -> str | None:
+    """Extends ``overrides``' replacing steps in place when the point's ``steps_to_one`` lies beyond them (and the
+    grid does not set them itself); returns the note for the point's row, or ``None``."""
+    steps_to_one = point.get("steps_to_one")
+    if not isinstance(steps_to_one, int) or "replacing.steps" in point:
+        return None
+    tail = recipe.replacing.steps - recipe.steps_to_one
+    if steps_to_one <= recipe.replacing.steps:
+        return None
+    steps = steps_to_one + tail
+    overrides.setdefault("replacing", {})["steps"] = steps
+    return f"replacing.steps extended to {steps} ({tail} steps at p = 1, as the recipe has)"
 
 
 def markdown(summary: Mapping[str, Any]) -> str:
@@ -142,7 +167,9 @@ def markdown(summary: Mapping[str, Any]) -> str:
         if "skipped" in row:
             lines.append("| " + " | ".join([*values, "skipped", "", "", row["skipped"]]) + " |")
         else:
-            mark = "best on dev" if row == summary["best"] else ""
+            mark = "; ".join(
+                text for text in ("best on dev" if row == summary["best"] else "", row.get("note", "")) if text
+            )
             cells = [f"{row['dev']:.4f}", f"{row['test']:.4f}", f"{row['retention_percent']:.1f}%", mark]
             lines.append("| " + " | ".join([*values, *cells]) + " |")
     best = summary["best"]

@@ -100,12 +100,23 @@ class ToyTask:
     def logits(self, model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         return model(batch[0])
 
+    scores_examples = True
+
     @torch.no_grad()
-    def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
+    def predictions(self, model: nn.Module, split: str) -> torch.Tensor:
+        """The predicted class of every example of the split."""
         model.eval()
-        inputs, labels = self.collate(self.data[split])
-        inputs, labels = inputs.to(_device(model)), labels.to(_device(model))
-        return {"accuracy": (model(inputs).argmax(dim=1) == labels).float().mean().item()}
+        inputs, _ = self.collate(self.data[split])
+        return model(inputs.to(_device(model))).argmax(dim=1).float().cpu()
+
+    def score(self, predictions: torch.Tensor, split: str, chosen: torch.Tensor | None = None) -> dict[str, float]:
+        labels = self.collate(self.data[split])[1].float()
+        if chosen is not None:
+            predictions, labels = predictions[chosen], labels[chosen]
+        return {"accuracy": (predictions == labels).float().mean().item()}
+
+    def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
+        return self.score(self.predictions(model, split), split)
 
     def plan(self, model: nn.Module) -> th.Plan:
         if self.group_sizes is not None:

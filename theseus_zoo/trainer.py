@@ -25,6 +25,7 @@ import copy
 import json
 import os
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,7 +116,7 @@ class Run:
             cpu=not torch.cuda.is_available(),
             kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)],  # one branch per step
         )
-        self.state: dict[str, Any] = torch.load(checkpoint, weights_only=False) if resume else {"done": {}}
+        self.state: dict[str, Any] = torch.load(checkpoint, weights_only=True) if resume else {"done": {}}
         if borrowed is not None:
             self.state["done"]["predecessor"] = {**borrowed, "from": str(predecessor_from)}
         if resume and self.state.get("recipe") != recipe.to_dict():
@@ -268,9 +269,11 @@ class Run:
             if theseus is not None:
                 theseus.load_state_dict(current["routing"])
             _set_rng_state(current["rng"])
-            step, best = current["step"], current["best"]
+            step, best, seconds_before = current["step"], current["best"], current.get("seconds", 0.0)
         else:
             step, best = 0, {"metric": -float("inf"), "step": 0, "weights": None, "evaluations_since": 0}
+            seconds_before = 0.0
+        started = time.perf_counter()
 
         def checkpoint() -> None:
             self.save(
@@ -282,6 +285,7 @@ class Run:
                     "routing": theseus.state_dict() if theseus is not None else None,
                     "rng": _rng_state(),
                     "best": best,
+                    "seconds": seconds_before + time.perf_counter() - started,
                 }
             )
 
@@ -345,7 +349,13 @@ class Run:
         bar.close()
         for parameter in late:
             parameter.requires_grad_(False)
-        done = {"weights": best["weights"], "best_metric": best["metric"], "best_step": best["step"], "steps": step}
+        done = {
+            "weights": best["weights"],
+            "best_metric": best["metric"],
+            "best_step": best["step"],
+            "steps": step,
+            "seconds": seconds_before + time.perf_counter() - started,  # wall-clock, evaluations included
+        }
         self.state["done"][phase_name] = done
         self.save(current=None)
 
@@ -454,7 +464,7 @@ def _finished_predecessor(run: Path, recipe: Recipe, compression_options: tuple[
     `Task.compression_options`)."""
     if not (run / CHECKPOINT).exists():
         raise RunError(f"--predecessor-from: no {CHECKPOINT} in {run}")
-    state = torch.load(run / CHECKPOINT, weights_only=False)
+    state = torch.load(run / CHECKPOINT, weights_only=True)
     if "predecessor" not in state["done"]:
         raise RunError(f"--predecessor-from: the run in {run} has not finished fine-tuning its predecessor")
     theirs, ours = state["recipe"], recipe.to_dict()
@@ -553,7 +563,8 @@ def plot_curves(metrics_path: Path, png: Path, metric: str) -> None:
     metric_axis.set_xlabel("optimizer step (within its phase)")
     for axis in (rate_axis, metric_axis):
         axis.grid(alpha=0.3)
-        axis.legend(fontsize=8)
+        if axis.get_legend_handles_labels()[0]:  # no rate to plot when only baselines trained
+            axis.legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(png, dpi=110)
     plt.close(figure)

@@ -113,3 +113,25 @@ def test_the_real_asset_and_its_documented_split(real_file):
     assert sizes == {"train": (8_454, 4_194), "validation": (1_057, 524), "test": (1_057, 524)}
     # the first id of each split pins the keying (sha256 of "0:<id>"); a changed algorithm moves them
     assert [members[0].id for members in splits.values()] == [3947, 9977, 1075]
+
+
+def test_five_classes_are_valence_quintiles_and_regression_keeps_the_valence(tmp_path):
+    pytest.importorskip("datasets", reason="the dataset needs the datasets library")
+    scores = [round(-4 + 8 * i / 99, 3) for i in range(100)]  # 100 distinct valences, 0 not among them
+    path = write_snippets(tmp_path / "truth.txt", scores)
+    boundaries = rt.quintile_boundaries(rt.read_snippets(path))
+    assert boundaries == sorted(boundaries) and len(boundaries) == 4
+    five = rt.load_rotten_tomatoes(path, labels="five", dev_fraction=0.2, test_fraction=0.2)
+    labels = [example["label"] for split in five.values() for example in split]
+    assert Counter(labels) == {grade: 20 for grade in range(5)}  # quintiles: 20 snippets each
+    assert five["train"].features["label"].names[0] == "very negative"
+    by_id = dict(enumerate(scores, start=1))
+    for split in five.values():  # a higher grade never has a lower valence
+        pairs = sorted((example["label"], by_id[example["id"]]) for example in split)
+        assert [valence for _, valence in pairs] == sorted(valence for _, valence in pairs)
+        assert Counter(example["label"] for example in split) == {g: split.num_rows // 5 for g in range(5)}
+    regression = rt.load_rotten_tomatoes(path, labels="regression", dev_fraction=0.2, test_fraction=0.2)
+    assert all(example["label"] == pytest.approx(by_id[example["id"]]) for example in regression["test"])
+    assert sum(split.num_rows for split in regression.values()) == 100  # valence 0 is a label here
+    with pytest.raises(ValueError, match="labels must be one of"):
+        rt.load_rotten_tomatoes(path, labels="three")

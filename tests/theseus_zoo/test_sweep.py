@@ -38,16 +38,23 @@ def test_grid_parsing_nesting_and_product():
         sweep.parse_grid(["a=1", "a=2"])
 
 
-def test_a_sweep_fine_tunes_the_predecessor_once_skips_invalid_points_and_picks_the_best_on_dev(tmp_path, config):
+def test_a_sweep_fine_tunes_the_predecessor_once_skips_invalid_points_and_picks_the_best_on_dev(
+    tmp_path, config, capsys
+):
     out = tmp_path / "sweep"
-    grid = ["--grid", "replacing.lr=0.001,0.003", "--grid", "steps_to_one=10,100"]  # 100 > replacing.steps=30
+    grid = ["--grid", "replacing.lr=0.001,-1", "--grid", "steps_to_one=10,40"]  # 40 > replacing.steps=30
     args = ["sweep", "--recipe", "toy", "--config", config, "--out", str(out), "--no-progress", *grid]
     assert cli.main(args) == 0
     summary = json.loads((out / "sweep.json").read_text())
     skipped = [row for row in summary["rows"] if "skipped" in row]
     finished = [row for row in summary["rows"] if "dev" in row]
-    assert len(skipped) == 2 and all(row["point"]["steps_to_one"] == 100 for row in skipped)
+    assert len(skipped) == 2 and all(row["point"]["replacing.lr"] == -1 for row in skipped)
+    assert "skipping grid point" in capsys.readouterr().err  # said, not silently dropped
     assert len(finished) == 2 and summary["best"] == max(finished, key=lambda row: row["dev"])
+    # p = 1 at step 40 of a 30-step phase: the phase is extended, keeping the recipe's 20 steps at p = 1
+    assert finished[1]["point"]["steps_to_one"] == 40 and "extended to 60" in finished[1]["note"]
+    extended = json.loads((tmp_path / finished[1]["directory"] / "report.json").read_text())
+    assert extended["phases"]["replacing"]["steps"] == 60 and "extended to 60" in (out / "sweep.md").read_text()
     trained = [
         any(
             json.loads(line)["phase"] == "predecessor"
@@ -88,3 +95,15 @@ def test_predecessor_from_takes_a_finished_predecessor_of_the_same_recipe_only(t
     ]
     assert cli.main(other) == 2
     assert "has another options" in capsys.readouterr().err
+    deeper = tmp_path / "deeper.json"  # num_layers only shapes the successor: the predecessor is the same
+    deeper.write_text(json.dumps({**TINY, "options": {"num_layers": 2}}))
+    other = [
+        *base,
+        "--config",
+        str(deeper),
+        "--out",
+        str(tmp_path / "fourth"),
+        "--predecessor-from",
+        str(tmp_path / "first"),
+    ]
+    assert cli.main(other) == 0

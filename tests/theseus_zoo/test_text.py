@@ -183,3 +183,35 @@ def test_intermediate_task_transfer_fine_tunes_an_exported_successor_on_another_
     assert {"validation/pearson", "validation/spearman"} <= set(transferred["test"])  # scored as STS-B
     first = json.loads((tmp_path / "first" / "report.json").read_text())
     assert transferred["parameters"] == first["models"]["theseus"]["parameters"] - 33  # head: 2 x (32 + 1) -> 32 + 1
+
+
+def test_compress_on_the_users_own_csv_and_jsonl(tiny_model, tmp_path):
+    import csv
+
+    rows = sentences(90, 2)
+    with open(tmp_path / "reviews.csv", "w", newline="") as stream:
+        writer = csv.writer(stream)
+        writer.writerow(["review", "verdict"])
+        writer.writerows((sentence, ["bad", "good"][label]) for sentence, label in rows)
+    options = {"model": str(tiny_model), "dataset": str(tmp_path / "reviews.csv"), "num_layers": 2}
+    options |= {"text_column": "review", "label_column": "verdict"}
+    assert compress(tmp_path, options, baselines=("truncated",)) == 0
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["metric"] == "accuracy" and len(report["models"]["theseus"]["test_predictions"]) == 9
+    exported = AutoModelForSequenceClassification.from_pretrained(tmp_path / "run" / "model")
+    assert exported.config.num_labels == 2
+    graded = tmp_path / "graded.jsonl"  # floats: a regression, scored like STS-B
+    graded.write_text(
+        "".join(json.dumps({"text": s, "label": y + 0.25 * (i % 3)}) + "\n" for i, (s, y) in enumerate(rows))
+    )
+    assert compress(tmp_path, {"model": str(tiny_model), "dataset": str(graded)}, baselines=(), out="graded") == 0
+    report = json.loads((tmp_path / "graded" / "report.json").read_text())
+    assert report["metric"] == "score" and {"pearson", "spearman"} <= set(report["models"]["theseus"]["test"])
+
+
+def test_a_bad_data_file_ends_in_one_line_naming_the_file_and_row(tiny_model, tmp_path, capsys):
+    (tmp_path / "reviews.csv").write_text("text,label\nfine film,1\n,0\n")
+    assert compress(tmp_path, {"model": str(tiny_model), "dataset": str(tmp_path / "reviews.csv")}) == 2
+    error = capsys.readouterr().err
+    assert "reviews.csv, row 3" in error and error.count("\n") == 1
+    assert not (tmp_path / "run" / "checkpoint.pt").exists()
