@@ -8,7 +8,10 @@ sweep resumes the runs it left unfinished and keeps the finished ones). ``--jobs
 once with ``--threads`` threads each (on 2 cores: ``--jobs 2 --threads 1`` avoids oversubscription).
 Writes ``<out>/recipe-<name>.json`` (every seed's report) and ``.md``: per model, the median test
 metric over seeds with its range, the median retention of the predecessor's metric, parameters,
-and the median measured speedup of the exported successor.
+the median wall-clock of its phase, and the median measured speedup of the exported successor.
+When the reports carry per-example test predictions (`Task.scores_examples`), Theseus is compared
+with every other model: the per-seed paired differences, their mean, and a 95% paired bootstrap
+interval of that mean (test examples resampled, the same resample for every seed and both models).
 """
 
 from __future__ import annotations
@@ -24,6 +27,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+
+from theseus_zoo import metrics
 
 from .harness import environment, markdown_table, write_report
 
@@ -50,8 +57,57 @@ def run_seed(
     return json.loads(report.read_text())
 
 
+def score(report: dict[str, Any], predictions: np.ndarray, chosen: np.ndarray) -> float:
+    """The report's test metric of ``predictions`` on the examples ``chosen``: accuracy, or for regression the mean
+    of Pearson and Spearman (as `theseus_zoo.text` scores it)."""
+    labels = np.asarray(report["test_labels"])[chosen]
+    predictions = predictions[chosen]
+    if report["metric"] == "accuracy":
+        return float(np.mean(predictions == labels))
+    return (metrics.pearson(predictions, labels) + metrics.spearman(predictions, labels)) / 2
+
+
+def paired_comparison(
+    reports: dict[int, dict[str, Any]], model: str, other: str, resamples: int = 1000
+) -> dict[str, Any] | None:
+    """``model`` minus ``other`` on the test metric: per seed, their mean, and a 95% bootstrap interval of the mean
+    (``None`` when the reports have no per-example predictions)."""
+    if not all("test_labels" in report for report in reports.values()):
+        return None
+    size = len(next(iter(reports.values()))["test_labels"])
+    everything = np.arange(size)
+    pairs = {
+        seed: (
+            np.asarray(report["models"][model]["test_predictions"]),
+            np.asarray(report["models"][other]["test_predictions"]),
+        )
+        for seed, report in reports.items()
+    }
+
+    def mean_difference(chosen: np.ndarray) -> float:
+        return float(
+            np.mean(
+                [score(reports[seed], a, chosen) - score(reports[seed], b, chosen) for seed, (a, b) in pairs.items()]
+            )
+        )
+
+    generator = np.random.default_rng(0)
+    samples = [mean_difference(generator.integers(0, size, size)) for _ in range(resamples)]
+    per_seed = {
+        seed: score(reports[seed], a, everything) - score(reports[seed], b, everything)
+        for seed, (a, b) in pairs.items()
+    }
+    return {
+        "per_seed": per_seed,
+        "mean": mean_difference(everything),
+        "low": float(np.quantile(samples, 0.025)),
+        "high": float(np.quantile(samples, 0.975)),
+    }
+
+
 def summarize(reports: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    """Medians over seeds per model: test metric (with min and max), retention, parameters; and speedup."""
+    """Medians over seeds per model: test metric (with min and max), retention, parameters, wall-clock; speedup; and
+    Theseus' paired comparisons with every other model."""
     first = next(iter(reports.values()))
     metric = first["metric"]
     models = {}
@@ -66,8 +122,23 @@ def summarize(reports: dict[int, dict[str, Any]]) -> dict[str, Any]:
             "median_retention_percent": statistics.median(retention),
             "parameters": first["models"][name]["parameters"],
         }
+        phase = "replacing" if name == "theseus" else name
+        seconds = [report["phases"].get(phase, {}).get("seconds") for report in reports.values()]
+        if all(value is not None for value in seconds):
+            models[name]["median_seconds"] = statistics.median(seconds)
     speedups = [report["speedup"] for report in reports.values()]
-    return {"metric": metric, "models": models, "median_speedup": statistics.median(speedups), "speedups": speedups}
+    comparisons = {}
+    if "theseus" in first["models"]:
+        for name in first["models"]:
+            if name != "theseus" and (comparison := paired_comparison(reports, "theseus", name)) is not None:
+                comparisons[name] = comparison
+    return {
+        "metric": metric,
+        "models": models,
+        "median_speedup": statistics.median(speedups),
+        "speedups": speedups,
+        "comparisons": comparisons,
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -118,8 +189,18 @@ def main(argv: list[str] | None = None) -> None:
             f"{entry['min']:.4f}–{entry['max']:.4f}",
             f"{entry['median_retention_percent']:.1f}%",
             f"{entry['parameters']:,}",
+            f"{entry['median_seconds'] / 60:.1f}" if "median_seconds" in entry else "—",
         ]
         for name, entry in summary["models"].items()
+    ]
+    comparison_rows = [
+        [
+            f"Theseus − {name}",
+            ", ".join(f"{value:+.4f}" for value in comparison["per_seed"].values()),
+            f"{comparison['mean']:+.4f}",
+            f"[{comparison['low']:+.4f}, {comparison['high']:+.4f}]",
+        ]
+        for name, comparison in summary["comparisons"].items()
     ]
     description = next(iter(reports.values()))["recipe"]["description"]
     markdown = "\n".join(
@@ -132,7 +213,24 @@ def main(argv: list[str] | None = None) -> None:
                 else []
             ),
             markdown_table(
-                ["model", f"test {metric} (median)", "range over seeds", "retention (median)", "parameters"], rows
+                [
+                    "model",
+                    f"test {metric} (median)",
+                    "range over seeds",
+                    "retention (median)",
+                    "parameters",
+                    "minutes (median, its phase)",
+                ],
+                rows,
+            ),
+            *(
+                [
+                    "\nPaired differences on the same test examples (per seed in seed order; mean over seeds with a "
+                    "95% paired bootstrap interval over test examples):\n",
+                    markdown_table(["comparison", "per seed", "mean", "95% interval"], comparison_rows),
+                ]
+                if comparison_rows
+                else []
             ),
             f"\nExported successor vs predecessor, measured inference speedup (eager, median over seeds): "
             f"{summary['median_speedup']:.2f}x (per seed: {', '.join(f'{s:.2f}' for s in summary['speedups'])}).",

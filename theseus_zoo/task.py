@@ -46,6 +46,7 @@ class Task(Protocol):
 
     # Optional: a task with `scores_examples = True` also gives
     #   predictions(model, split) -> 1-d tensor (class ids, or regression values), and
+    #   labels(split) -> 1-d float tensor of the split's labels, in the same order,
     #   score(predictions, split, chosen=None) -> metrics of those predictions (of the examples ``chosen``, a tensor
     #   of indices with repeats, when given),
     # so that reports carry bootstrap standard errors and paired comparisons; and

@@ -296,9 +296,13 @@ class TextClassificationTask:
         logits = self.predict(model, self.dataset(split))
         return logits[:, 0] if self.num_labels == 1 else logits.argmax(1).float()
 
+    def labels(self, split: str) -> torch.Tensor:
+        """The split's labels, in the order of `predictions` (as floats)."""
+        return torch.tensor([e["labels"] for e in self.dataset(split)], dtype=torch.float)
+
     def score(self, predictions: torch.Tensor, split: str, chosen: torch.Tensor | None = None) -> dict[str, float]:
         """Metrics of per-example ``predictions`` (of the examples ``chosen``, with repeats, when given)."""
-        labels = torch.tensor([e["labels"] for e in self.dataset(split)], dtype=torch.float)
+        labels = self.labels(split)
         if chosen is not None:
             predictions, labels = predictions[chosen], labels[chosen]
         if self.num_labels > 1:

@@ -109,8 +109,11 @@ class ToyTask:
         inputs, _ = self.collate(self.data[split])
         return model(inputs.to(_device(model))).argmax(dim=1).float().cpu()
 
+    def labels(self, split: str) -> torch.Tensor:
+        return self.collate(self.data[split])[1].float()
+
     def score(self, predictions: torch.Tensor, split: str, chosen: torch.Tensor | None = None) -> dict[str, float]:
-        labels = self.collate(self.data[split])[1].float()
+        labels = self.labels(split)
         if chosen is not None:
             predictions, labels = predictions[chosen], labels[chosen]
         return {"accuracy": (predictions == labels).float().mean().item()}

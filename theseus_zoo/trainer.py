@@ -382,8 +382,10 @@ class Run:
         reference = report["models"]["predecessor"]["test"][self.task.metric]
         for entry in report["models"].values():
             entry["retention_percent"] = 100.0 * entry["test"][self.task.metric] / reference if reference else None
-        if compact is not None and getattr(self.task, "scores_examples", False):
-            report["comparisons"] = self._comparisons(report)
+        if getattr(self.task, "scores_examples", False):
+            report["test_labels"] = [round(float(value), 5) for value in self.task.labels("test")]
+            if compact is not None:
+                report["comparisons"] = self._comparisons(report)
         small = compact if compact is not None else next(iter(baselines.values()))
         report["speedup"] = self._speedup(predecessor, small)
         report["phases"] = {k: {kk: v for kk, v in d.items() if kk != "weights"} for k, d in self.state["done"].items()}

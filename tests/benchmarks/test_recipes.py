@@ -1,0 +1,59 @@
+"""Seed tables of `benchmarks.recipes`: medians, wall-clock and paired comparisons, on made-up reports."""
+
+import numpy as np
+import pytest
+
+from benchmarks import recipes
+
+
+def report(seed, theseus_right, truncated_right, metric="accuracy"):
+    labels = [float(i % 3) for i in range(200)]
+
+    def predictions(right):
+        return [label if i < right else (label + 1) % 3 for i, label in enumerate(labels)]
+
+    models = {
+        "predecessor": predictions(190),
+        "theseus": predictions(theseus_right),
+        "baseline:truncated": predictions(truncated_right),
+    }
+    return {
+        "metric": metric,
+        "test_labels": labels,
+        "speedup": 2.0,
+        "phases": {"replacing": {"seconds": 60.0 + seed}, "baseline:truncated": {"seconds": 30.0}},
+        "models": {
+            name: {
+                "test": {metric: right / 200},
+                "test_predictions": values,
+                "retention_percent": 100.0,
+                "parameters": 10,
+            }
+            for (name, values), right in zip(models.items(), (190, theseus_right, truncated_right), strict=True)
+        },
+    }
+
+
+def test_paired_differences_per_seed_their_mean_and_a_bootstrap_interval():
+    reports = {0: report(0, 180, 170), 1: report(1, 176, 170), 2: report(2, 170, 174)}
+    summary = recipes.summarize(reports)
+    comparison = summary["comparisons"]["baseline:truncated"]
+    assert comparison["per_seed"] == pytest.approx({0: 0.05, 1: 0.03, 2: -0.02})
+    assert comparison["mean"] == pytest.approx(0.02)
+    assert comparison["low"] < comparison["mean"] < comparison["high"] < 0.1
+    assert summary["models"]["theseus"]["median_seconds"] == 61.0
+    assert summary["models"]["baseline:truncated"]["median_seconds"] == 30.0
+
+
+def test_regression_reports_are_scored_as_sts_b():
+    first = report(0, 180, 170, metric="score")
+    first["models"]["theseus"]["test_predictions"] = list(np.asarray(first["test_labels"]) * 2 + 1)  # a perfect rank
+    comparison = recipes.paired_comparison({0: first}, "theseus", "baseline:truncated")
+    perfect = recipes.score(first, np.asarray(first["models"]["theseus"]["test_predictions"]), np.arange(200))
+    assert perfect == pytest.approx(1.0) and comparison["mean"] > 0
+
+
+def test_no_comparison_without_per_example_predictions():
+    reports = {0: report(0, 180, 170)}
+    del reports[0]["test_labels"]
+    assert recipes.summarize(reports)["comparisons"] == {}
