@@ -19,7 +19,8 @@ from typing import Any
 
 BASELINES = ("truncated", "scratch", "kd")
 """Baselines the trainer knows: ``truncated`` fine-tunes the successor-sized model initialised like the
-successors (the predecessor's bottom layers); ``scratch`` trains the small architecture from a random
+successors (the predecessor's layers the plan's ``init`` names: the bottom ones for the paper's ``"first"``, each
+group's last for ``"group_last"``); ``scratch`` trains the small architecture from a random
 initialisation; ``kd`` is vanilla knowledge distillation into the ``truncated`` initialisation
 (Hinton et al.: task loss plus soft cross-entropy to the frozen predecessor's logits)."""
 

@@ -55,7 +55,8 @@ class Task(Protocol):
     def plan(self, model: nn.Module) -> th.Plan: ...
 
     def truncated(self, predecessor: nn.Module) -> nn.Module:
-        """The baseline of the successor's size initialised from the predecessor's bottom layers."""
+        """The baseline of the successor's size, initialised from the predecessor's layers the successors start from
+        (the plan's ``init``: the bottom layers for the paper's ``"first"``, each group's last for ``"group_last"``)."""
 
     def scratch(self) -> nn.Module:
         """The successor's architecture, randomly initialised (the ``scratch`` baseline)."""
