@@ -26,10 +26,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
-
 import theseus_core as th
 
+from .checkpoints import read_checkpoint
 from .recipe import Recipe
 
 ANALYSES = ("sensitivity", "schedules", "budget")
@@ -66,7 +65,7 @@ def sensitivity(recipe: Recipe, out: Path, *, progress: bool = True) -> dict[str
 
     run_dir = out / "run"
     _compress(recipe.with_overrides({"baselines": ()}), run_dir, None, progress)
-    state = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    state = read_checkpoint(run_dir / "checkpoint.pt")
     task = build_task(recipe.family, recipe.options, recipe.seed)
     predecessor = task.build_predecessor()
     if "predecessor" in state["done"]:

@@ -25,6 +25,7 @@ import copy
 import json
 import os
 import random
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from tqdm.auto import tqdm
 
 import theseus_core as th
 
+from .checkpoints import previous_of, read_checkpoint, write_checkpoint
 from .losses import ConsistencyLoss, frozen_teacher, soft_loss
 from .optimization import (
     ParameterGroup,
@@ -69,19 +71,29 @@ class PhaseResult:
 
 
 def atomic_save(obj: Any, path: Path) -> None:
-    """torch.save through a temporary file and a rename: a crash never leaves half a file."""
-    temporary = path.with_name(path.name + ".tmp")
-    torch.save(obj, temporary)
-    os.replace(temporary, path)
+    """A checksummed checkpoint through a temporary file and a rename (`theseus_zoo.checkpoints`): a crash never
+    leaves half a file, and the checkpoint it replaces is kept as ``<path>.previous``."""
+    write_checkpoint(obj, path)
 
 
 def _rng_state() -> dict[str, Any]:
-    return {"torch": torch.get_rng_state(), "python": random.getstate()}
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
 
 
 def _set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
+    random.setstate(_as_python_state(state["python"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _as_python_state(state: Any) -> tuple:
+    """`random.setstate` wants tuples; a checkpoint may give lists back."""
+    version, internal, gauss = state
+    return version, tuple(internal), gauss
 
 
 class Run:
@@ -101,33 +113,42 @@ class Run:
         then vary the compression and the baselines only)."""
         self.recipe, self.out, self.progress = recipe, Path(out), progress
         checkpoint = self.out / CHECKPOINT
-        if resume and not checkpoint.exists():
+        started = checkpoint.exists() or previous_of(checkpoint).exists()
+        if resume and not started:
             raise RunError(f"--resume: no {CHECKPOINT} in {self.out}; start without --resume")
-        if not resume and checkpoint.exists():
+        if not resume and started:
             raise RunError(f"{self.out} holds a run already; pass --resume to continue it, or choose another --out")
+        _check_writable(self.out)
         self.task: Task = build_task(recipe.family, recipe.options, recipe.seed)
         self.task.check()
         borrowed = None
         if predecessor_from and not resume:
             ignored = getattr(self.task, "compression_options", ())
             borrowed = _finished_predecessor(Path(predecessor_from), recipe, ignored)
-        self.out.mkdir(parents=True, exist_ok=True)
-        self.accelerator = Accelerator(
-            cpu=not torch.cuda.is_available(),
-            kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)],  # one branch per step
-        )
-        self.state: dict[str, Any] = torch.load(checkpoint, weights_only=True) if resume else {"done": {}}
-        if borrowed is not None:
-            self.state["done"]["predecessor"] = {**borrowed, "from": str(predecessor_from)}
-        if resume and self.state.get("recipe") != recipe.to_dict():
+            borrowed.pop("rng", None)  # this run's seed, not the other run's, drives what comes after
+        state: dict[str, Any] = read_checkpoint(checkpoint) if resume else {"done": {}}
+        if resume and state.get("recipe") != recipe.to_dict():
             raise RunError(
                 f"--resume: the run in {self.out} used another recipe (see its recipe.json); "
                 f"resume with the same --recipe, --config and flags"
             )
+        # --- nothing above this line writes anything ---
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.lock = RunLock(self.out)
+        self.accelerator = Accelerator(
+            cpu=not torch.cuda.is_available(),
+            kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)],  # one branch per step
+        )
+        self.state = state
+        if borrowed is not None:
+            self.state["done"]["predecessor"] = {**borrowed, "from": str(predecessor_from)}
         self.state["recipe"] = recipe.to_dict()
         metrics = self.out / "metrics.jsonl"
-        if resume and metrics.exists():  # lines logged after the checkpoint are logged again
-            os.truncate(metrics, self.state["metrics_bytes"])
+        if resume:
+            _repair_metrics(metrics, self.state["metrics_bytes"])
+        else:
+            for stale in ("metrics.jsonl", "report.json", "report.md", "curves.png"):  # a fresh run appends to nothing
+                (self.out / stale).unlink(missing_ok=True)
         (self.out / "recipe.json").write_text(json.dumps(recipe.to_dict(), indent=2) + "\n")
         self.tensorboard = _tensorboard_writer(self.out / "tensorboard") if self.accelerator.is_main_process else None
 
@@ -156,9 +177,23 @@ class Run:
     def run(self) -> dict[str, Any]:
         torch.manual_seed(self.recipe.seed)
         random.seed(self.recipe.seed)
+        try:
+            return self._run()
+        finally:
+            self.lock.release()
+
+    def _finished(self, phase: str) -> bool:
+        """Whether ``phase`` is done; if so, the RNG continues from where that phase left it, so that a resumed run
+        draws what an uninterrupted one would (dropout masks, fresh initialisations)."""
+        done = self.state["done"].get(phase)
+        if done is not None and "rng" in done:
+            _set_rng_state(done["rng"])
+        return done is not None
+
+    def _run(self) -> dict[str, Any]:
         predecessor = self.task.build_predecessor()
         if self.recipe.predecessor is not None:
-            if "predecessor" not in self.state["done"]:
+            if not self._finished("predecessor"):
                 self._train("predecessor", predecessor, predecessor_parameters(predecessor), self.recipe.predecessor)
             predecessor.load_state_dict(self.state["done"]["predecessor"]["weights"])
 
@@ -166,7 +201,7 @@ class Run:
         if self.recipe.theseus:
             model = copy.deepcopy(predecessor)
             theseus = th.replace_(model, self.task.plan(model), seed=self.recipe.seed)
-            if "replacing" not in self.state["done"]:
+            if not self._finished("replacing"):
                 self._train(
                     "replacing",
                     model,
@@ -183,7 +218,7 @@ class Run:
         for name in self.recipe.baselines:
             baseline = self.task.scratch() if name == "scratch" else self.task.truncated(predecessor)
             key = f"baseline:{name}"
-            if key not in self.state["done"]:
+            if not self._finished(key):
                 loss = self._distillation_loss(predecessor, self.recipe.kd_alpha) if name == "kd" else None
                 self._train(key, baseline, predecessor_parameters(baseline), self.recipe.replacing, loss=loss)
             baseline.load_state_dict(self.state["done"][key]["weights"])
@@ -270,9 +305,10 @@ class Run:
                 theseus.load_state_dict(current["routing"])
             _set_rng_state(current["rng"])
             step, best, seconds_before = current["step"], current["best"], current.get("seconds", 0.0)
+            stop = current.get("stop", False)  # checkpoints of theseus 0.1.0 have neither
         else:
             step, best = 0, {"metric": -float("inf"), "step": 0, "weights": None, "evaluations_since": 0}
-            seconds_before = 0.0
+            seconds_before, stop = 0.0, False
         started = time.perf_counter()
 
         def checkpoint() -> None:
@@ -285,6 +321,7 @@ class Run:
                     "routing": theseus.state_dict() if theseus is not None else None,
                     "rng": _rng_state(),
                     "best": best,
+                    "stop": stop,  # an early stop decided at this evaluation holds after a resume
                     "seconds": seconds_before + time.perf_counter() - started,
                 }
             )
@@ -297,7 +334,6 @@ class Run:
         steps_per_epoch = max(1, len(train) // phase.batch_size)
         stream = "predecessor" if phase_name == "predecessor" else "compression"
         bar = tqdm(total=phase.steps, initial=step, desc=phase_name, disable=not self.progress, leave=False)
-        stop = False
         while step < phase.steps and not stop:
             epoch, offset = divmod(step, steps_per_epoch)
             order = torch.randperm(len(train), generator=data_order_generator(self.recipe.seed, stream, epoch))
@@ -314,6 +350,11 @@ class Run:
                     group["lr"] = lr
                 model.train()
                 value, _ = compute_loss(model, batch)
+                if not torch.isfinite(value):
+                    raise RunError(
+                        f"the loss of step {step + 1} of {phase_name} is {value.item()}: the run stops, its last good "
+                        f"checkpoint kept; lower the learning rate ({lr:g}) or look at the data, then --resume"
+                    )
                 record = {"phase": phase_name, "step": step + 1, "loss": value.item(), "lr": lr}
                 if value.requires_grad:  # every group on its frozen predecessor: nothing to learn this step
                     self.accelerator.backward(value)
@@ -355,6 +396,7 @@ class Run:
             "best_step": best["step"],
             "steps": step,
             "seconds": seconds_before + time.perf_counter() - started,  # wall-clock, evaluations included
+            "rng": _rng_state(),  # where the next phase's draws start, also after a resume
         }
         self.state["done"][phase_name] = done
         self.save(current=None)
@@ -388,7 +430,9 @@ class Run:
                 report["comparisons"] = self._comparisons(report)
         small = compact if compact is not None else next(iter(baselines.values()))
         report["speedup"] = self._speedup(predecessor, small)
-        report["phases"] = {k: {kk: v for kk, v in d.items() if kk != "weights"} for k, d in self.state["done"].items()}
+        report["phases"] = {
+            k: {kk: v for kk, v in d.items() if kk not in ("weights", "rng")} for k, d in self.state["done"].items()
+        }
         if self.accelerator.is_main_process:
             (self.out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
             (self.out / "report.md").write_text(markdown_report(report))
@@ -443,6 +487,72 @@ class Run:
         return median_ratio(times["predecessor"], times["successor"])
 
 
+class RunLock:
+    """``<out>/.lock`` holds the pid of the process writing there: a second writer is refused, naming the first;
+    a lock left by a process that no longer runs is taken over."""
+
+    def __init__(self, out: Path) -> None:
+        self.path = out / ".lock"
+        for _ in range(2):
+            try:
+                descriptor = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                owner = self.path.read_text().strip()
+                if owner.isdigit() and _alive(int(owner)) and int(owner) != os.getpid():
+                    raise RunError(
+                        f"{out} is being written by another theseus process (pid {owner}); wait for it, or stop it"
+                    ) from None
+                self.path.unlink(missing_ok=True)  # stale: its process is gone
+                continue
+            with os.fdopen(descriptor, "w") as stream:
+                stream.write(f"{os.getpid()}\n")
+            return
+        raise RunError(f"cannot take the lock {self.path}")
+
+    def release(self) -> None:
+        if self.path.exists() and self.path.read_text().strip() == str(os.getpid()):
+            self.path.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _check_writable(out: Path) -> None:
+    """Refuses an ``--out`` that is a file or lies where nothing can be written, before any work."""
+    if out.exists() and not out.is_dir():
+        raise RunError(f"--out {out} is a file; give a directory")
+    existing = next((parent for parent in [out, *out.parents] if parent.exists()), Path("."))
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise RunError(f"--out {out}: cannot write in {existing}")
+
+
+def _repair_metrics(metrics: Path, length: int) -> None:
+    """Cuts ``metrics.jsonl`` to what the checkpoint had logged (later lines come again), or, if the file is shorter
+    than that (damaged), to its last complete line, never padding it; says so on stderr."""
+    if not metrics.exists():
+        print(f"theseus: warning: {metrics} is missing; the resumed run logs only what comes next", file=sys.stderr)
+        return
+    size = metrics.stat().st_size
+    if size >= length:
+        os.truncate(metrics, length)
+        return
+    data = metrics.read_bytes()
+    keep = data.rfind(b"\n") + 1
+    os.truncate(metrics, keep)
+    print(
+        f"theseus: warning: {metrics} is shorter than the checkpoint's record ({size} < {length} bytes): cut to its "
+        f"last complete line; lines in between are lost",
+        file=sys.stderr,
+    )
+
+
 def bootstrap_standard_error(metric: Callable[[torch.Tensor], float], size: int, resamples: int = 1000) -> float:
     """The standard deviation of ``metric(indices)`` over bootstrap resamples of ``size`` examples (fixed seed)."""
     generator = torch.Generator().manual_seed(0)
@@ -466,7 +576,7 @@ def _finished_predecessor(run: Path, recipe: Recipe, compression_options: tuple[
     `Task.compression_options`)."""
     if not (run / CHECKPOINT).exists():
         raise RunError(f"--predecessor-from: no {CHECKPOINT} in {run}")
-    state = torch.load(run / CHECKPOINT, weights_only=True)
+    state = read_checkpoint(run / CHECKPOINT)
     if "predecessor" not in state["done"]:
         raise RunError(f"--predecessor-from: the run in {run} has not finished fine-tuning its predecessor")
     theirs, ours = state["recipe"], recipe.to_dict()
