@@ -21,7 +21,9 @@ import os
 import shlex
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -48,13 +50,25 @@ def run_cell(labels: str, layers: int, out: Path, config: Path, threads: int, pr
     return json.loads(report.read_text())
 
 
-def run_labels(labels: str, depths: list[int], runs: Path, config: Path, threads: int) -> dict[int, dict]:
-    reports, first = {}, None
+def finished_predecessor(runs: Path, labels: str, depths: list[int]) -> Path | None:
+    """A run of ``labels`` (at any depth) whose predecessor is fine-tuned already: the others take it from there."""
+    from theseus_zoo.checkpoints import read_checkpoint
+
+    for layers in depths:
+        checkpoint = runs / f"{labels}-{layers}l" / "checkpoint.pt"
+        if checkpoint.exists() and "predecessor" in read_checkpoint(checkpoint)["done"]:
+            return checkpoint.parent
+    return None
+
+
+def run_labels(labels: str, depths: list[int], runs: Path, config: Path, threads: int, done: Callable) -> None:
+    """Every depth of ``labels``, one after another; the first fine-tunes the predecessor unless one is there."""
+    first = finished_predecessor(runs, labels, depths)
     for layers in depths:
         out = runs / f"{labels}-{layers}l"
-        reports[layers] = run_cell(labels, layers, out, config, threads, first)
+        run_cell(labels, layers, out, config, threads, first if first != out else None)
         first = first or out
-    return reports
+        done()
 
 
 def cell(report: dict[str, Any]) -> dict[str, float]:
@@ -90,21 +104,40 @@ def main(argv: list[str] | None = None) -> None:
         "steps_to_one": args.steps,
     }
     config.write_text(json.dumps(overrides) + "\n")
+    lock = threading.Lock()
+
+    def write() -> str:
+        """headroom.json and .md from every finished cell so far (called after each run: nothing waits for the
+        whole scan)."""
+        with lock:
+            return write_results(args, overrides, start)
+
     with ThreadPoolExecutor(args.jobs) as pool:
-        futures = {
-            labels: pool.submit(run_labels, labels, args.layers, args.runs, config, args.threads)
+        futures = [
+            pool.submit(run_labels, labels, args.layers, args.runs, config, args.threads, write)
             for labels in args.labels
-        }
-        reports = {labels: future.result() for labels, future in futures.items()}
-    cells = {f"{labels}-{layers}l": cell(report) for labels, by in reports.items() for layers, report in by.items()}
-    command = "python -m benchmarks.headroom " + shlex.join(sys.argv[1:] if argv is None else argv)
+        ]
+        for future in futures:
+            future.result()
+    print(write())
+
+
+def write_results(args: argparse.Namespace, overrides: dict[str, Any], start: float) -> str:
+    reports = {
+        f"{labels}-{layers}l": json.loads((args.runs / f"{labels}-{layers}l" / "report.json").read_text())
+        for labels in args.labels
+        for layers in args.layers
+        if (args.runs / f"{labels}-{layers}l" / "report.json").exists()
+    }
+    cells = {name: cell(report) for name, report in reports.items()}
+    command = "python -m benchmarks.headroom " + shlex.join(sys.argv[1:])
     results = {
         "command": command,
         "seconds": time.perf_counter() - start,
         "environment": environment(),
         "overrides": overrides,
         "cells": cells,
-        "reports": {f"{labels}-{layers}l": r for labels, by in reports.items() for layers, r in by.items()},
+        "reports": reports,
     }
     rows = []
     for name, entry in cells.items():
@@ -133,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
         ]
     )
     write_report(results, args.out, "headroom", markdown)
-    print(markdown)
+    return markdown
 
 
 if __name__ == "__main__":
