@@ -39,6 +39,11 @@ Options (``dataset`` is required):
 - ``features``: names from `FEATURES`, concatenated. (default: ``["degree", "random_walk"]``)
 - ``walk_length``: steps of the ``random_walk`` feature. (default: ``16``)
 - ``split``: ``[train, dev]`` fractions of each class; the rest is test. (default: the dataset's)
+- ``distill_on``: the nodes whose logits distillation matches (the ``kd`` baseline, ``kd_weight``): ``"labelled"``
+  (the training nodes, as the task loss) or ``"all"`` (every node of the graph: the teacher's soft labels reach
+  the unlabelled nodes too). (default: ``"labelled"``)
+- ``predecessor_eval``: keep the frozen predecessor groups in eval mode while replacing (no dropout in them,
+  `theseus_core.replace_`'s ``predecessor_eval``). (default: ``False``)
 """
 
 from __future__ import annotations
@@ -391,6 +396,8 @@ OPTIONS = (
     "features",
     "walk_length",
     "split",
+    "distill_on",
+    "predecessor_eval",
 )
 
 
@@ -415,7 +422,18 @@ class GraphTask:
         self.features = options.get("features", ["degree", "random_walk"])
         self.walk_length = options.get("walk_length", 16)
         self.split = options.get("split")
+        self.distill_on = options.get("distill_on", "labelled")
+        self.predecessor_eval = options.get("predecessor_eval", False)
+        if self.distill_on not in ("labelled", "all"):
+            raise ValueError(f"distill_on must be 'labelled' or 'all', got {self.distill_on!r}")
+        if not isinstance(self.predecessor_eval, bool):
+            raise ValueError(f"predecessor_eval must be true or false, got {self.predecessor_eval!r}")
         self._graph: NodeGraph | None = None
+
+    @property
+    def replace_options(self) -> dict[str, Any]:
+        """Options of `theseus_core.replace_` for the replacing phase."""
+        return {"predecessor_eval": self.predecessor_eval}
 
     # --------------------------------------------------------------- checks, model and data
     def check(self) -> None:
@@ -499,10 +517,14 @@ class GraphTask:
 
     # -------------------------------------------------------------------------------- training
     def logits(self, model: nn.Module, batch: GraphBatch) -> torch.Tensor:
+        """The batch's nodes' logits, or every node's with ``distill_on="all"`` (the criterion picks the batch's)."""
         x, edge_index, nodes, _ = batch
-        return model(x, edge_index)[nodes]
+        logits = model(x, edge_index)
+        return logits if self.distill_on == "all" else logits[nodes]
 
     def criterion(self, logits: torch.Tensor, batch: GraphBatch) -> torch.Tensor:
+        if self.distill_on == "all":
+            logits = logits[batch[2]]
         return F.cross_entropy(logits, batch[3])
 
     @torch.no_grad()

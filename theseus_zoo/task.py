@@ -50,7 +50,10 @@ class Task(Protocol):
     #   score(predictions, split, chosen=None) -> metrics of those predictions (of the examples ``chosen``, a tensor
     #   of indices with repeats, when given),
     # so that reports carry bootstrap standard errors and paired comparisons; and
-    #   is_head(parameter_name) -> bool, for ``unfreeze_at_one="head"``.
+    #   is_head(parameter_name) -> bool, for ``unfreeze_at_one="head"``;
+    #   replace_options -> dict of `theseus_core.replace_` keyword arguments for the replacing phase;
+    #   compression_options -> names of the options that shape only the successor (`--predecessor-from` ignores
+    #   them).
 
     def plan(self, model: nn.Module) -> th.Plan: ...
 

@@ -200,7 +200,8 @@ class Run:
         compact = None
         if self.recipe.theseus:
             model = copy.deepcopy(predecessor)
-            theseus = th.replace_(model, self.task.plan(model), seed=self.recipe.seed)
+            options = getattr(self.task, "replace_options", {})  # e.g. predecessor_eval
+            theseus = th.replace_(model, self.task.plan(model), seed=self.recipe.seed, **options)
             if not self._finished("replacing"):
                 self._train(
                     "replacing",

@@ -297,3 +297,29 @@ def test_listing_the_recipes_does_not_import_torch_geometric():
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
+
+
+def test_distillation_on_every_node_and_the_task_loss_on_the_labelled_ones():
+    task = graphs.GraphTask({"dataset": "karate", "distill_on": "all"}, 0)
+    model = task.build_predecessor().eval()
+    batch = task.collate(task.dataset("train"))
+    logits = task.logits(model, batch)
+    assert logits.shape[0] == task.graph().x.shape[0]  # every node, labelled or not
+    labelled = graphs.GraphTask({"dataset": "karate"}, 0)
+    torch.testing.assert_close(task.criterion(logits, batch), labelled.criterion(labelled.logits(model, batch), batch))
+    assert graphs.GraphTask({"dataset": "karate", "predecessor_eval": True}, 0).replace_options == {
+        "predecessor_eval": True
+    }
+    with pytest.raises(ValueError, match="distill_on"):
+        graphs.GraphTask({"dataset": "karate", "distill_on": "some"}, 0)
+
+
+def test_kd_on_every_node_with_frozen_predecessor_dropout_runs_end_to_end(tmp_path):
+    config = tmp_path / "tiny.json"
+    options = {"distill_on": "all", "predecessor_eval": True}
+    config.write_text(json.dumps({**TINY, "options": options, "baselines": ["kd"], "kd_weight": 0.5}))
+    out = tmp_path / "run"
+    args = ["compress", "--recipe", "gcn-karate", "--config", str(config), "--out", str(out), "--no-progress"]
+    assert cli.main(args) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert set(report["models"]) == {"predecessor", "theseus", "baseline:kd"}
