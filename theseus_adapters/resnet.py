@@ -16,12 +16,13 @@ resnet34 compressed to ``blocks=(2, 2, 2, 2)`` has exactly resnet18's
 architecture, and its state_dict loads into ``torchvision.models.resnet18()``
 with ``strict=True``.
 
-Batch norm. While replacing, pass ``predecessor_eval=True`` to `replace_`: the
-frozen predecessor blocks then normalise with, and keep, their running
-statistics while the successors' batch norms train their own. The stem's batch
-norm (``bn1``) lies outside every group, so ``model.train()`` would still update
-its statistics although its parameters are frozen; call
-`eval_frozen_batch_norms_` after every ``model.train()`` to keep them.
+Batch norm needs nothing here: `theseus_core.replace_` keeps the statistics of
+every frozen batch norm (the predecessor blocks', and the stem's ``bn1`` unless
+``train_others``) unchanged while the successors' batch norms train their own,
+so ``restore()`` gives back the model that went in. In training mode frozen
+batch norms normalise with the batch's statistics, as the original did; pass
+``predecessor_eval=True`` to have the predecessor blocks use their running
+statistics instead.
 
 Example::
 
@@ -30,8 +31,7 @@ Example::
     from theseus_adapters import resnet
 
     model = torchvision.models.resnet34(num_classes=10)  # fine-tuned predecessor, blocks (3, 4, 6, 3)
-    theseus = th.replace_(model, resnet.plan(model, blocks=(2, 2, 2, 2)), predecessor_eval=True)
-    resnet.eval_frozen_batch_norms_(model.train())
+    theseus = th.replace_(model, resnet.plan(model, blocks=(2, 2, 2, 2)), example_inputs=(images,))
     ...  # train with a schedule (README quick start)
     torchvision.models.resnet18(num_classes=10).load_state_dict(theseus.finalize().state_dict())
 """
@@ -138,8 +138,8 @@ def plan(
             those projections (as `theseus_core.Projected`). (default: ``1.0``)
 
     Returns:
-        A `theseus_core.Plan`, one spec per group, stage by stage. Pass it to
-        ``theseus_core.replace_(model, plan, predecessor_eval=True)``.
+        A `theseus_core.Plan`, one spec per group, stage by stage, for
+        ``theseus_core.replace_(model, plan, example_inputs=(images,))``.
 
     Raises:
         ValueError: Not a supported ResNet, the wrong number of stages, a stage
@@ -404,20 +404,3 @@ def _narrow_(block: nn.Module, width: float) -> None:
             if module.bias is not None:
                 module.bias = nn.Parameter(leading(module.bias, out_features))
             module.in_features, module.out_features = in_features, out_features
-
-
-# --------------------------------------------------------------- batch norm
-def eval_frozen_batch_norms_(model: nn.Module) -> nn.Module:
-    """Puts every batch norm whose affine parameters are frozen into eval mode; returns ``model``.
-
-    `theseus_core.replace_` freezes the layers outside the groups (the stem, the
-    head) but ``model.train()`` still makes the stem's batch norm update its
-    running statistics from every batch. Call this after each ``model.train()``
-    (``eval_frozen_batch_norms_(model.train())``) so frozen batch norms normalise
-    with, and keep, their statistics. Batch norms of successors (trainable) and
-    those without affine parameters are left as they are.
-    """
-    for module in model.modules():
-        if isinstance(module, _BatchNorm) and module.weight is not None and not module.weight.requires_grad:
-            module.eval()
-    return model

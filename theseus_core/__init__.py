@@ -19,6 +19,7 @@ from .registry import (
 from .schedule import AntiCurriculumSchedule, ConstantSchedule, LinearSchedule
 from .site import PredecessorChain, Projected, ReplacementSite
 from .spec import ModuleSpec, Plan
+from .verify import VerificationError
 
 __all__ = [
     "DEFAULT_REGISTRY",
@@ -32,6 +33,7 @@ __all__ = [
     "ReplacementSite",
     "SuccessorRegistry",
     "Theseus",
+    "VerificationError",
     "copy_module",
     "even_group_sizes",
     "list_successors",

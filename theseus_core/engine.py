@@ -15,11 +15,13 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
 
-from .prepare import Prepared, check_arguments, check_eval_route, prepare
+from .prepare import Prepared, check_arguments, check_eval_route, check_successors, prepare
 from .registry import DEFAULT_REGISTRY, SuccessorRegistry
 from .site import PredecessorChain, ReplacementSite, Router, boundary_width
 from .spec import ModuleSpec, Plan
+from .verify import ExampleRun, run_original, verify
 
 
 def replace_(
@@ -37,27 +39,47 @@ def replace_(
 ) -> Theseus:
     """Replaces each spec's predecessor group in ``model`` by a routing site, in place.
 
+    Frozen means frozen: the parameters of the predecessor groups (and, unless
+    ``train_others``, of everything outside the groups) stop requiring grad, and
+    their batch norms stop updating their running statistics: in training mode
+    they normalise with the batch's statistics, as the original's training
+    forward does, but never write them (``track_running_stats`` is off while
+    replacing; eval mode uses the running statistics as always). So `Theseus.restore`
+    gives back a state_dict bit-identical to the one that went in, whatever was trained.
+
     Args:
         model: Any ``nn.Module``; it is modified in place.
         specs: The groups and their successors (a `Plan` or a list of `ModuleSpec`);
-            groups must not overlap.
-        seed: Seed of the handle's own generator for route draws. Ranks of a
-            data-parallel job with the same seed take the same routes. (default: ``0``)
-        train_others: Leave parameters outside the groups (embeddings, heads)
-            trainable; by default they are frozen, as in the paper. (default: ``False``)
+            groups must not overlap, and each appears once.
+        seed: Seed of the handle's own generator for route draws, and of the torch
+            RNG for the verification runs. Ranks of a data-parallel job with the
+            same seed take the same routes. (default: ``0``)
+        train_others: Leave modules outside the groups (embeddings, heads)
+            trainable, batch-norm statistics included; by default they are frozen,
+            as in the paper. (default: ``False``)
         eval_route: What runs in eval mode: ``"successor"`` (the paper),
             ``"predecessor"``, or ``"hybrid"`` (random routes at the current rate).
             (default: ``"successor"``)
         predecessor_eval: Keep predecessor groups in eval mode even while the
-            model trains (no dropout in them, batch norm uses and keeps its running
+            model trains (no dropout in them, batch norm uses its running
             statistics). Off by default, so that rate 0 reproduces the original
             model in training mode. (default: ``False``)
-        example_inputs, example_kwargs: When given, the model is run once (eval
-            mode, no grad) and every successor is checked to produce the shape of
-            its group's output on the group's real input.
+        example_inputs, example_kwargs: One batch, ``model(*example_inputs,
+            **example_kwargs)``; ``example_inputs`` is a tuple. With them,
+            `replace_` verifies before it accepts: it runs the original model once
+            (training mode, no grad, a fixed torch seed) and checks every
+            successor against its group's real input and output shapes; after the
+            surgery it runs the model again at rate 0 from the same RNG state, and
+            unless the output is exactly the original's (and frozen buffers kept
+            still) it undoes the surgery and raises `VerificationError` naming the
+            group and the likely cause. Without them nothing is verified: a model
+            whose code hands state between the layers of a group (T5's
+            position_bias) or indexes its layers would be accepted and then be
+            wrong. The runs leave the model, its buffers and the RNG as they were.
         compile: ``True`` or a dict of ``torch.compile`` options: compile the model
             and each branch of each site separately, so that changing routes never
-            recompiles. (default: ``False``)
+            recompiles. Shapes are static (``dynamic=False``) unless the dict sets
+            ``dynamic``. Options are checked before anything changes. (default: ``False``)
         registry: Where specs without a successor look one up. (default: the
             registry of `register_successor`)
 
@@ -68,20 +90,37 @@ def replace_(
     Raises:
         TypeError, ValueError, LookupError: Bad specs or arguments, with the
             path at fault and what to do; the model is then unchanged.
+        VerificationError: (a ``ValueError``) the verification run did not
+            reproduce the original; the model is then unchanged.
     """
-    check_arguments(model, specs, seed, eval_route, compile)
-    prepared = prepare(model, specs, DEFAULT_REGISTRY if registry is None else registry, example_inputs, example_kwargs)
+    compile_options = check_arguments(model, specs, seed, eval_route, compile, example_inputs, example_kwargs)
+    prepared = prepare(model, specs, DEFAULT_REGISTRY if registry is None else registry)
+    frozen = frozen_modules(model, [m for item in prepared for m in item.group.modules], train_others)
+    run = None
+    if example_inputs is not None or example_kwargs is not None:
+        run = ExampleRun(model, tuple(example_inputs or ()), dict(example_kwargs or {}), int(seed), frozen)
+        reference = run_original(run, [item.group for item in prepared], predecessor_eval)
+        check_successors(prepared, reference.group_inputs, reference.group_outputs)
     # --- nothing above this line changes the model ---
-    return Theseus._install(
+    theseus = Theseus._install(
         model,
         prepared,
+        frozen,
         seed=int(seed),
-        train_others=train_others,
         eval_route=eval_route,
         predecessor_eval=predecessor_eval,
-        compile_options=None if compile is False else ({} if compile is True else dict(compile)),
         on_finalize=specs.on_finalize if isinstance(specs, Plan) else None,
     )
+    if run is not None:
+        try:
+            verify(run, theseus._sites, [item.group for item in prepared], reference)
+        except BaseException:
+            theseus.restore()
+            raise
+        theseus._router.reset()
+    if compile_options is not None:
+        theseus._compile(compile_options)
+    return theseus
 
 
 class Theseus:
@@ -99,12 +138,11 @@ class Theseus:
         cls,
         model: nn.Module,
         prepared: list[Prepared],
+        frozen: list[nn.Module],
         *,
         seed: int,
-        train_others: bool,
         eval_route: str,
         predecessor_eval: bool,
-        compile_options: dict[str, Any] | None,
         on_finalize: Any,
     ) -> Theseus:
         self = object.__new__(cls)
@@ -115,9 +153,8 @@ class Theseus:
         self._router.eval_route = eval_route
         self._requires_grad = [(p, p.requires_grad) for p in model.parameters()]
         self._saved_children = {}  # id(container) -> (container, its children before surgery)
-        self._compiled = compile_options is not None
-
-        _freeze(model, [m for item in prepared for m in item.group.modules], train_others)
+        self._compiled = False
+        self._held_norms = _freeze(frozen)
         self._sites: list[ReplacementSite] = []
         for index, item in enumerate(prepared):
             item.successor.requires_grad_(True)
@@ -140,13 +177,14 @@ class Theseus:
             sites_by_container.setdefault(id(container), {})[item.group.keys] = site
         for container, _ in self._saved_children.values():
             _swap_children(container, sites_by_container[id(container)])
-
-        if compile_options is not None:
-            model.compile(**compile_options)
-            for site in self._sites:
-                site.predecessor.compile(**compile_options)
-                site.successor.compile(**compile_options)
         return self
+
+    def _compile(self, options: dict[str, Any]) -> None:
+        self._model.compile(**options)
+        for site in self._sites:
+            site.predecessor.compile(**options)
+            site.successor.compile(**options)
+        self._compiled = True
 
     # ------------------------------------------------------------------ routing
     @property
@@ -247,7 +285,7 @@ class Theseus:
             for key, child in container._modules.items():
                 if id(child) in finals:
                     container._modules[key] = finals[id(child)]
-        self._restore_requires_grad()
+        self._unfreeze()
         self._state = "finalized"
         if self._on_finalize is not None:
             self._on_finalize(self._model)
@@ -261,15 +299,18 @@ class Theseus:
             container._modules.clear()
             container._modules.update(children)
             container.train(container.training)
-        self._restore_requires_grad()
+        self._unfreeze()
         if self._compiled:
             self._model._compiled_call_impl = None  # undo nn.Module.compile()
         self._state = "restored"
         return self._model
 
-    def _restore_requires_grad(self) -> None:
+    def _unfreeze(self) -> None:
+        """Gives parameters their ``requires_grad`` back and batch norms their statistics tracking."""
         for param, requires_grad in self._requires_grad:
             param.requires_grad_(requires_grad)
+        for norm in self._held_norms:
+            norm.track_running_stats = True
 
     def _require(self, state: str) -> None:
         if self._state != state:
@@ -304,14 +345,28 @@ def _describe_projection(projection: nn.Module) -> str:
     return f"{type(projection).__name__}({widths[0][0]}→{widths[1][0]})"
 
 
-def _freeze(model: nn.Module, predecessors: list[nn.Module], train_others: bool) -> None:
-    """Predecessors never learn (``requires_grad_(False)``, so no gradient is even computed for
-    them, unlike the reference code that only left them out of the optimizer); the rest of the
-    model learns only with ``train_others``."""
-    predecessor_params = {p for module in predecessors for p in module.parameters()}
-    for param in model.parameters():
-        if param in predecessor_params or not train_others:
+def frozen_modules(model: nn.Module, predecessors: list[nn.Module], train_others: bool) -> list[nn.Module]:
+    """The modules that must not change while replacing: the predecessor groups, and the rest of the model
+    unless ``train_others`` (the successors are not in the model yet)."""
+    inside = {id(m) for module in predecessors for m in module.modules()}
+    return [m for m in model.modules() if id(m) in inside or not train_others]
+
+
+def _freeze(frozen: list[nn.Module]) -> list[_BatchNorm]:
+    """Frozen means frozen, parameters and buffers, in this one place.
+
+    Parameters stop requiring grad, so no gradient is even computed for them (the reference code only left
+    them out of the optimizer). Batch norms stop tracking statistics: in training mode they normalise with
+    the batch's statistics, exactly as in the original's training forward, but never write their running
+    statistics or ``num_batches_tracked``; in eval mode they use the running statistics as before. Returns
+    the batch norms to give their tracking back to."""
+    for module in frozen:
+        for param in module.parameters(recurse=False):
             param.requires_grad_(False)
+    held = [m for m in frozen if isinstance(m, _BatchNorm) and m.track_running_stats and m.running_mean is not None]
+    for norm in held:
+        norm.track_running_stats = False
+    return held
 
 
 def _count(module: nn.Module) -> int:

@@ -13,7 +13,15 @@ import torch
 from torch import nn
 
 from .registry import SuccessorRegistry
-from .site import Projected, ReplacementSite, Router, boundary_width, make_projection, primary_parameter_name
+from .site import (
+    Projected,
+    ReplacementSite,
+    Router,
+    boundary_width,
+    make_projection,
+    primary_output,
+    primary_parameter_name,
+)
 from .spec import ModuleSpec, ResolvedGroup, resolve
 
 
@@ -26,15 +34,8 @@ class Prepared:
     successor: Projected
 
 
-def prepare(
-    model: nn.Module,
-    specs: Sequence[ModuleSpec],
-    registry: SuccessorRegistry,
-    example_inputs: tuple[Any, ...] | None,
-    example_kwargs: Mapping[str, Any] | None,
-) -> list[Prepared]:
-    """Resolves every group and builds its successor, checking all of it; the model is only read (and, with
-    example inputs, run once in eval mode without grad)."""
+def prepare(model: nn.Module, specs: Sequence[ModuleSpec], registry: SuccessorRegistry) -> list[Prepared]:
+    """Resolves every group and builds its successor, checking all of it; the model is only read."""
     groups = [resolve(model, spec.path) for spec in specs]
     _check_no_overlap(groups)
     prepared = [
@@ -42,8 +43,6 @@ def prepare(
         for spec, group in zip(specs, groups, strict=True)
     ]
     _check_no_sharing(model, prepared)
-    if example_inputs is not None or example_kwargs is not None:
-        _check_example_outputs(model, prepared, tuple(example_inputs or ()), dict(example_kwargs or {}))
     return prepared
 
 
@@ -52,40 +51,81 @@ def check_eval_route(value: str) -> None:
         raise ValueError(f"eval_route must be one of {Router.EVAL_ROUTES}, got {value!r}")
 
 
-def check_arguments(model: nn.Module, specs: Any, seed: Any, eval_route: str, compile: Any) -> None:
+def check_arguments(
+    model: nn.Module,
+    specs: Any,
+    seed: Any,
+    eval_route: str,
+    compile: Any,
+    example_inputs: Any,
+    example_kwargs: Any,
+) -> dict[str, Any] | None:
+    """Checks what `replace_` got; returns the resolved ``torch.compile`` options (``None``: no compilation)."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"replace_ expects an nn.Module, got {type(model).__name__}")
     if isinstance(specs, ModuleSpec) or not isinstance(specs, Sequence) or not specs:
         raise TypeError("replace_ expects a non-empty list (or Plan) of ModuleSpec")
+    seen: set[str] = set()
     for spec in specs:
         if not isinstance(spec, ModuleSpec):
             raise TypeError(f"replace_ expects ModuleSpec items, got {type(spec).__name__}: {spec!r}")
+        if spec.path in seen:
+            raise ValueError(f"group {spec.path!r} appears twice in the specs; each group is replaced once")
+        seen.add(spec.path)
     if not isinstance(seed, Integral) or isinstance(seed, bool):
         raise TypeError(f"seed must be an integer, got {seed!r}")
     check_eval_route(eval_route)
-    if not isinstance(compile, (bool, Mapping)):
-        raise TypeError(f"compile must be a bool or a dict of torch.compile options, got {compile!r}")
+    if example_inputs is not None and not isinstance(example_inputs, tuple):
+        raise TypeError(
+            f"example_inputs must be a tuple of the model's positional arguments, e.g. (x,), "
+            f"got {type(example_inputs).__name__}"
+        )
+    if example_kwargs is not None and not isinstance(example_kwargs, Mapping):
+        raise TypeError(f"example_kwargs must be a mapping of keyword arguments, got {type(example_kwargs).__name__}")
     for name, module in model.named_modules():
         if isinstance(module, ReplacementSite):
             raise ValueError(
                 f"{name} is already a Theseus site: finalize() or restore() the existing handle "
                 f"before calling replace_ again"
             )
+    return compile_options(compile)
+
+
+def compile_options(compile: Any) -> dict[str, Any] | None:
+    """``torch.compile`` options for ``compile``, checked by torch without compiling anything.
+
+    Static shapes unless the caller says otherwise: the graph break at every site would otherwise make
+    dynamo mark sizes dynamic after the first recompilation, which breaks or slows some models (timm
+    resnet26d and mobilevit, Swin; issue 10)."""
+    if compile is False:
+        return None
+    if not isinstance(compile, (bool, Mapping)):
+        raise TypeError(f"compile must be a bool or a dict of torch.compile options, got {compile!r}")
+    options = {"dynamic": False, **(compile if isinstance(compile, Mapping) else {})}
+    try:
+        torch.compile(_nothing, **options)  # checks mode, backend and option names; compiles nothing yet
+    except Exception as error:
+        raise ValueError(f"compile={dict(compile) if compile is not True else True!r} is not valid: {error}") from error
+    return options
+
+
+def _nothing() -> None:
+    pass
 
 
 def _check_no_overlap(groups: list[ResolvedGroup]) -> None:
     """No module with state may belong to two groups. A stateless module shared between groups (GIN puts
     one ReLU in every layer) is harmless: it computes the same thing whichever route runs."""
-    owner: dict[int, str] = {}
-    for group in groups:
+    owner: dict[int, int] = {}
+    for index, group in enumerate(groups):
         for module in group.modules:
             for inner in module.modules():
                 if inner not in group.modules and not _has_state(inner):
                     continue
-                other = owner.setdefault(id(inner), group.path)
-                if other != group.path:
+                other = owner.setdefault(id(inner), index)
+                if other != index:
                     raise ValueError(
-                        f"groups {other!r} and {group.path!r} overlap (they share a module); "
+                        f"groups {groups[other].path!r} and {group.path!r} overlap (they share a module); "
                         f"each predecessor module may belong to one group only"
                     )
 
@@ -177,44 +217,11 @@ def _structure(value: Any) -> Any:
     return (type(value).__name__,)
 
 
-def _check_example_outputs(
-    model: nn.Module, prepared: list[Prepared], example_inputs: tuple[Any, ...], example_kwargs: dict[str, Any]
-) -> None:
-    """Runs the model once and checks each successor against its group's real input and output."""
-    captured: list[dict[str, Any]] = [{} for _ in prepared]
-    handles = []
-
-    def capture_input(index: int):
-        def hook(module, args, kwargs):
-            captured[index].setdefault("args", (args, kwargs))
-
-        return hook
-
-    def capture_output(index: int):
-        def hook(module, args, output):
-            captured[index].setdefault("output", output)
-
-        return hook
-
-    modes = [(m, m.training) for m in model.modules()]
-    try:
-        for index, item in enumerate(prepared):
-            handles.append(item.group.modules[0].register_forward_pre_hook(capture_input(index), with_kwargs=True))
-            handles.append(item.group.modules[-1].register_forward_hook(capture_output(index)))
-        model.eval()
-        with torch.no_grad():
-            model(*example_inputs, **example_kwargs)
-    finally:
-        for handle in handles:
-            handle.remove()
-        for module, training in modes:
-            module.training = training
-
-    for item, seen in zip(prepared, captured, strict=True):
+def check_successors(prepared: list[Prepared], group_inputs: list[Any], group_outputs: list[Any]) -> None:
+    """Runs each successor (eval mode, no grad) on its group's real input from the example run and checks
+    that it returns what the group returned: the same structure and shapes."""
+    for item, (args, kwargs), group_output in zip(prepared, group_inputs, group_outputs, strict=True):
         path = item.spec.path
-        if "args" not in seen or "output" not in seen:
-            raise ValueError(f"group {path!r} did not run when the model ran on example_inputs; check the path")
-        args, kwargs = seen["args"]
         branch_mode = item.successor.training
         item.successor.eval()
         try:
@@ -228,9 +235,28 @@ def _check_example_outputs(
             raise
         finally:
             item.successor.train(branch_mode)
-        expected, actual = _structure(seen["output"]), _structure(output)
+        expected, actual = _structure(group_output), _structure(output)
         if expected != actual:
             raise ValueError(
                 f"the successor for group {path!r} returns {actual}, but the group returns {expected}; "
-                f"fix the successor or add out_proj='linear'"
+                + _shape_hint(item.successor.inner, group_output, output)
             )
+
+
+def _shape_hint(successor: nn.Module, expected: Any, actual: Any) -> str:
+    """What to do about a successor whose output differs: a width a projection fixes, or a shape none does."""
+    try:
+        expected, actual = primary_output(expected), primary_output(actual)
+    except TypeError:
+        return "fix the successor"
+    if expected.dim() != actual.dim():
+        return "fix the successor"
+    differing = [d for d in range(expected.dim()) if expected.shape[d] != actual.shape[d]]
+    last, width = expected.dim() - 1, boundary_width(successor, "out")
+    features = {1, last} if width is None else {1} if width[1] else {last}  # channels first, or last
+    if differing and not set(differing) <= features:
+        return (
+            f"they differ in dimension {', '.join(map(str, differing))} (a spatial size or sequence length: a "
+            f"different stride?), which no projection fixes; make the successor keep the group's output shape"
+        )
+    return "fix the successor or add out_proj='linear'"

@@ -139,7 +139,8 @@ def plan(
 
     Args:
         model: The model holding the container (only read).
-        container: Path of an ``nn.ModuleList`` / ``nn.Sequential``, e.g. ``"encoder.layer"``.
+        container: Path of an ``nn.ModuleList`` / ``nn.Sequential``, e.g. ``"encoder.layer"``;
+            ``""`` when the model itself is one (its specs are then ``"[0:2]"``, ...).
         group_sizes: Sizes of the consecutive groups, summing to the container's
             length; uneven sizes are fine (12 layers as 3, 3, 2, 2, 1, 1).
         num_groups: Instead of ``group_sizes``: this many groups as even as
@@ -154,6 +155,11 @@ def plan(
         raise ValueError("pass exactly one of group_sizes or num_groups")
     if isinstance(in_proj, nn.Module) or isinstance(out_proj, nn.Module):
         raise TypeError("plan() would share one projection module between groups; pass 'linear' or write the specs")
+    if container == "" and not isinstance(model, (nn.ModuleList, nn.Sequential)):
+        raise ValueError(
+            f"plan(model, '') groups the model's own children, so the model must be an nn.Sequential or "
+            f"nn.ModuleList, not a {type(model).__name__}; name its block list instead, e.g. plan(model, 'blocks')"
+        )
     whole = resolve(model, f"{container}[:]")
     total = len(whole.keys)
     if group_sizes is None:

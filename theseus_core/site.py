@@ -194,12 +194,18 @@ class Router:
 
     def __init__(self, seed: int, num_sites: int) -> None:
         self.seed = seed
-        self.generator = torch.Generator().manual_seed(seed)
+        self.generator = torch.Generator()
         self.rate = 0.0
         self.eval_route = "successor"
-        self.calls = [0] * num_sites  # training-mode draws per site
-        self.successor_calls = [0] * num_sites
-        self.last_routes: list[bool | None] = [None] * num_sites
+        self.num_sites = num_sites
+        self.reset()
+
+    def reset(self) -> None:
+        """Back to the state of a new router: the generator at its seed, no draws counted."""
+        self.generator.manual_seed(self.seed)
+        self.calls = [0] * self.num_sites  # training-mode draws per site
+        self.successor_calls = [0] * self.num_sites
+        self.last_routes: list[bool | None] = [None] * self.num_sites
 
     def choose(self, site_index: int, training: bool) -> bool:
         """True when the site runs its successor for this call."""
@@ -215,6 +221,10 @@ class Router:
 
 class ReplacementSite(nn.Module):
     """Stands in for one predecessor group while `Theseus` replacement trains.
+
+    Attributes the site does not have are read from the group's first module,
+    so that a container that inspects its first layer (``nn.TransformerEncoder``
+    reads ``self.layers[0].self_attn``) sees what it saw before.
 
     Attributes:
         path: The `ModuleSpec` path this site replaced.
@@ -232,6 +242,7 @@ class ReplacementSite(nn.Module):
         predecessor_eval: bool,
     ) -> None:
         super().__init__()
+        _keep_sites_out_of_graphs()
         self.path = path
         self.index = index
         self.predecessor = predecessor
@@ -240,25 +251,50 @@ class ReplacementSite(nn.Module):
         self._predecessor_eval = predecessor_eval
         self.train(predecessor.training)
 
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            predecessor = self.__dict__.get("_modules", {}).get("predecessor")
+            if predecessor is None or name.startswith("__"):
+                raise
+            first = predecessor.layers[0]
+            if not hasattr(first, name):
+                raise AttributeError(
+                    f"'ReplacementSite' object has no attribute {name!r}, nor has its group's first module "
+                    f"({type(first).__name__})"
+                ) from None
+            return getattr(first, name)
+
     def train(self, mode: bool = True) -> ReplacementSite:
         super().train(mode)
         if self._predecessor_eval:
             self.predecessor.train(False)
         return self
 
-    # The route is decided in plain Python that dynamo never traces: torch.compile breaks
-    # the graph at the site and compiles each branch on its own, so a draw is never baked
-    # into a graph (pytorch/pytorch#95425) and a new route never recompiles anything.
-    @torch.compiler.disable(recursive=False)
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         use_successor, primary, args, kwargs = self._route(args, kwargs)
         branch = self.successor if use_successor else self.predecessor
         return branch(primary, *args, **kwargs)
 
-    @torch.compiler.disable
     def _route(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[bool, Any, tuple, dict]:
         primary, args, kwargs = split_primary(args, kwargs, self.successor.primary_name, f"the site at {self.path!r}")
         return self._router.choose(self.index, self.training), primary, args, kwargs
 
     def extra_repr(self) -> str:
         return f"path={self.path!r}"
+
+
+def _keep_sites_out_of_graphs() -> None:
+    """The route is decided in plain Python that dynamo never traces: torch.compile breaks the graph at the
+    site and compiles each branch on its own, so a draw is never baked into a graph (pytorch/pytorch#95425)
+    and a new route never recompiles anything. ``torch.compiler.disable`` imports torch._dynamo (a second
+    or more), so it is applied when the first site is made, not when theseus_core is imported."""
+    global _sites_kept_out_of_graphs
+    if not _sites_kept_out_of_graphs:
+        ReplacementSite.forward = torch.compiler.disable(ReplacementSite.forward, recursive=False)
+        ReplacementSite._route = torch.compiler.disable(ReplacementSite._route)
+        _sites_kept_out_of_graphs = True
+
+
+_sites_kept_out_of_graphs = False

@@ -23,7 +23,7 @@ argument also gets the model being replaced (before any change), e.g. to copy a 
 Projection = nn.Module | Literal["linear"] | None
 """A projection between widths: a module, ``"linear"`` to have one created, or ``None``."""
 
-_COMPONENT = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*|\d+)(?P<index>(\[-?\d+\])*)(?P<slice>\[-?\d*:-?\d*\])?$")
+_COMPONENT = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*|\d+)?(?P<index>(\[-?\d+\])*)(?P<slice>\[-?\d*:-?\d*\])?$")
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,9 @@ class ModuleSpec:
     Args:
         path: Where the group lives. One module (``"layer3"``, ``"blocks[2]"``) or
             a contiguous slice of an ``nn.ModuleList`` / ``nn.Sequential``
-            (``"encoder.layer[0:2]"``, stop exclusive). Never the root (``""``).
+            (``"encoder.layer[0:2]"``, stop exclusive); a model that is itself an
+            ``nn.Sequential`` is sliced with a bare ``"[0:2]"``. Never the whole
+            model (``""``).
         successor: A factory called with the list of the group's predecessor
             modules that returns the successor module (e.g.
             ``lambda group: copy.deepcopy(group[0])``; see `copy_module`). A
@@ -63,6 +65,12 @@ class ModuleSpec:
         if not isinstance(self.path, str):
             raise TypeError(f"ModuleSpec.path must be a string such as 'blocks[0:2]', got {type(self.path).__name__}")
         parse_path(self.path)  # raises with a readable message
+        if isinstance(self.successor, nn.Module):
+            raise TypeError(
+                f"ModuleSpec({self.path!r}).successor got a module instance ({type(self.successor).__name__}), "
+                f"but it takes a factory that builds a new successor from the group: pass `th.copy_module(0)` "
+                f"or a function such as `lambda group: MyBlock(...)`"
+            )
         if self.successor is not None and not callable(self.successor):
             raise TypeError(
                 f"ModuleSpec({self.path!r}).successor must be a callable taking the list of predecessor "
@@ -131,12 +139,13 @@ def parse_path(path: str) -> ParsedPath:
     components = path.split(".")
     for position, component in enumerate(components):
         match = _COMPONENT.match(component)
-        if match is None:
+        if match is None or (match["name"] is None and (position > 0 or not match.group(0))):
             raise ValueError(
                 f"cannot parse group path {path!r} at {component!r}; use dotted attribute names with "
                 f"optional [i] indices and an optional final [start:stop] slice, e.g. 'encoder.layer[0:2]'"
             )
-        steps.append(match["name"])
+        if match["name"] is not None:  # only the first component may start with an index: the model's own
+            steps.append(match["name"])
         steps.extend(int(index) for index in re.findall(r"\[(-?\d+)\]", match["index"]))
         if match["slice"]:
             if position != len(components) - 1:
@@ -191,6 +200,8 @@ def resolve(model: nn.Module, path: str) -> ResolvedGroup:
     parsed = parse_path(path)
     container: nn.Module = model
     container_name = ""
+    if not parsed.steps:  # "[start:stop]": a slice of the model itself
+        return _slice(model, "", parsed.slice, path)
     *walk, last = parsed.steps
     for step in walk:
         key, container = _child(container, step, container_name, path)
@@ -201,20 +212,24 @@ def resolve(model: nn.Module, path: str) -> ResolvedGroup:
 
     # A slice: `last` names the ModuleList / Sequential whose children form the group.
     key, sliced = _child(container, last, container_name, path)
-    container_name = f"{container_name}.{key}" if container_name else key
+    return _slice(sliced, f"{container_name}.{key}" if container_name else key, parsed.slice, path)
+
+
+def _slice(sliced: nn.Module, container_name: str, bounds: tuple[int | None, int | None], path: str) -> ResolvedGroup:
     if not isinstance(sliced, (nn.ModuleList, nn.Sequential)):
         raise ValueError(
-            f"group path {path!r}: {container_name} is a {type(sliced).__name__}; only an nn.ModuleList "
-            f"or nn.Sequential can be sliced. Name a single module instead, e.g. {container_name!r}"
+            f"group path {path!r}: {container_name or 'the model'} is a {type(sliced).__name__}; only an "
+            f"nn.ModuleList or nn.Sequential can be sliced. Name a single module instead"
+            + (f", e.g. {container_name!r}" if container_name else ", or the block list inside the model")
         )
     keys = list(sliced._modules)
-    start, stop = parsed.slice
+    start, stop = bounds
     start = 0 if start is None else start + len(keys) if start < 0 else start
     stop = len(keys) if stop is None else stop + len(keys) if stop < 0 else stop
     if not 0 <= start < stop <= len(keys):
         raise ValueError(
-            f"group path {path!r}: slice [{start}:{stop}] is out of range or empty for {container_name}, "
-            f"which holds {len(keys)} modules; use 0 <= start < stop <= {len(keys)}"
+            f"group path {path!r}: slice [{start}:{stop}] is out of range or empty for "
+            f"{container_name or 'the model'}, which holds {len(keys)} modules; use 0 <= start < stop <= {len(keys)}"
         )
     group_keys = tuple(keys[start:stop])
     return ResolvedGroup(path, sliced, container_name, group_keys, tuple(sliced._modules[k] for k in group_keys))

@@ -423,11 +423,8 @@ class ResNetTask:
         return F.cross_entropy(logits, batch[1])
 
     def logits(self, model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        # The trainer calls model.train() before every step. While replacing, the frozen batch norms (the
-        # stem's bn1, outside every group, and those of the predecessor blocks) must keep normalising with,
-        # and keep, the predecessor's running statistics: back to eval mode (theseus_adapters.resnet docs).
-        # A model with every parameter trainable (predecessor, baselines) is left as it is.
-        resnet.eval_frozen_batch_norms_(model)
+        # While replacing, theseus_core keeps the frozen batch norms' statistics (the stem's and the
+        # predecessor blocks'): nothing to do here after the trainer's model.train().
         return model(batch[0])
 
     @torch.no_grad()

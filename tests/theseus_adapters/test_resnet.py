@@ -82,11 +82,11 @@ def test_resnet34_compressed_to_2_2_2_2_is_exactly_resnet18():
     torch.manual_seed(0)
     model = randomize_batch_norms_(torchvision.models.resnet34(num_classes=NUM_CLASSES))
     source = copy.deepcopy(model.layer1[1])  # init="first": layer1's second successor starts from it
-    theseus = th.replace_(model, resnet.plan(model, (2, 2, 2, 2)), predecessor_eval=True)
+    theseus = th.replace_(model, resnet.plan(model, (2, 2, 2, 2)), example_inputs=(images(),))
     optimizer = torch.optim.SGD(theseus.successor_parameters(), lr=0.01)
     theseus.rate = 1.0
     for step in range(2):
-        resnet.eval_frozen_batch_norms_(model.train())
+        model.train()
         loss = nn.functional.cross_entropy(model(images(step)), torch.tensor([1, 2]))
         loss.backward()
         optimizer.step()
@@ -315,9 +315,28 @@ def test_torchvision_resnets_replace_and_finalize_equivalently(bottleneck, layer
 # ------------------------------------------------------------- batch norm
 
 
-def test_predecessor_batch_norms_keep_their_statistics_with_predecessor_eval():
+def test_training_at_half_rate_then_restore_gives_back_resnet34_bit_for_bit():
+    """Default options, no helper to call after model.train(): frozen batch norms, the stem's included,
+    keep their statistics (issue 10)."""
+    torch.manual_seed(0)
+    model = randomize_batch_norms_(torchvision.models.resnet34(num_classes=NUM_CLASSES))
+    before = state(model)
+    theseus = th.replace_(model, resnet.plan(model, blocks=(2, 2, 2, 2)), example_inputs=(images(),))
+    optimizer = torch.optim.SGD(theseus.successor_parameters(), lr=0.1)
+    theseus.rate = 0.5
+    for step in range(4):
+        model.train()
+        nn.functional.cross_entropy(model(images(step)), torch.tensor([1, 2])).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    assert any(0 < to_successor < calls for calls, to_successor in theseus.route_counts.values())  # both routes ran
+    assert_same_state(state(theseus.restore()), before)
+
+
+@pytest.mark.parametrize("predecessor_eval", [False, True])
+def test_predecessor_batch_norms_keep_their_statistics_while_successors_train_theirs(predecessor_eval):
     model = tiny_timm_resnet(layers=(2, 2, 2, 2))
-    theseus = th.replace_(model, resnet.plan(model, (1, 1, 1, 1)), predecessor_eval=True, seed=1)
+    theseus = th.replace_(model, resnet.plan(model, (1, 1, 1, 1)), predecessor_eval=predecessor_eval, seed=1)
     predecessors = [norm for site in theseus.sites for norm in batch_norms(site.predecessor)]
     successors = [norm for site in theseus.sites for norm in batch_norms(site.successor)]
     predecessors_before, successors_before = [state(n) for n in predecessors], [state(n) for n in successors]
@@ -326,31 +345,23 @@ def test_predecessor_batch_norms_keep_their_statistics_with_predecessor_eval():
     for step in range(8):
         model(images(step))
     assert all(0 < to_successor < calls for calls, to_successor in theseus.route_counts.values())  # both routes ran
-    assert all(not norm.training for norm in predecessors) and all(norm.training for norm in successors)
+    # predecessor_eval chooses the statistics frozen batch norms compute with, never whether they change
+    assert all(norm.training != predecessor_eval for norm in predecessors) and all(n.training for n in successors)
     for norm, saved in zip(predecessors, predecessors_before, strict=True):
         assert_same_state(state(norm), saved)
     for norm, saved in zip(successors, successors_before, strict=True):
         assert not torch.equal(norm.running_mean, saved["running_mean"])
         assert norm.num_batches_tracked > saved["num_batches_tracked"]
 
-    control = tiny_timm_resnet(layers=(2, 2, 2, 2))  # without predecessor_eval they follow the model's mode
-    theseus = th.replace_(control, resnet.plan(control, (1, 1, 1, 1)))
-    saved = state(theseus.sites[0].predecessor)
-    control.train()(images())
-    assert not torch.equal(
-        state(theseus.sites[0].predecessor)["layers.0.bn1.running_mean"], saved["layers.0.bn1.running_mean"]
-    )
-
 
 @pytest.mark.parametrize("train_others", [False, True])
-def test_eval_frozen_batch_norms_keeps_the_stem_statistics_only_when_frozen(train_others):
+def test_the_stem_batch_norm_keeps_its_statistics_unless_train_others(train_others):
     model = tiny_timm_resnet(layers=(1, 1, 1, 1))
-    theseus = th.replace_(model, resnet.plan(model, (1, 1, 1, 1)), predecessor_eval=True, train_others=train_others)
+    theseus = th.replace_(model, resnet.plan(model, (1, 1, 1, 1)), train_others=train_others)
     stem = state(model.bn1)
     theseus.rate = 1.0
-    resnet.eval_frozen_batch_norms_(model.train())(images())
-    assert model.bn1.training == train_others
-    assert all(norm.training for site in theseus.sites for norm in batch_norms(site.successor))
+    model.train()(images())
+    assert model.bn1.training
     if train_others:
         assert not torch.equal(model.bn1.running_mean, stem["running_mean"])
     else:

@@ -5,6 +5,7 @@ import torch._dynamo
 from torch._dynamo.utils import counters
 
 import theseus_core as th
+from theseus_core.prepare import compile_options
 from theseus_core.testing import ToyBlock, ToyStack
 
 
@@ -73,3 +74,12 @@ def test_restore_removes_the_compilation():
     assert model._compiled_call_impl is not None
     theseus.restore()
     assert model._compiled_call_impl is None
+
+
+def test_shapes_are_static_unless_the_caller_says_otherwise():
+    """The graph break at every site would make dynamo mark sizes dynamic after a recompilation, which
+    breaks timm resnet26d and mobilevit and makes Swin take minutes (issue 10)."""
+    assert compile_options(True) == {"dynamic": False}
+    assert compile_options({"backend": "eager"}) == {"dynamic": False, "backend": "eager"}
+    assert compile_options({"dynamic": None}) == {"dynamic": None}
+    assert compile_options(False) is None

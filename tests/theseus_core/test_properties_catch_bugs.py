@@ -1,35 +1,35 @@
 """Each property test must fail when the property it states is broken.
 
 Every case plants one bug in the engine with monkeypatch and runs the property
-test that guards against it; the property test has to fail. A property test
-that passed here would be one that cannot fail.
+test that guards against it, with the hypothesis settings CI uses (the profile
+tests/conftest.py loads); the property test has to fail. A property test that
+passed here would be one that cannot fail.
 """
 
 import pytest
 import torch
 from hypothesis import Phase, settings
 
+import theseus_core as th
 import theseus_core.engine as engine
 import theseus_core.prepare as prepare
 import theseus_core.schedule as schedule
 from theseus_core.site import Router
+from theseus_core.testing import ToyConvNet, ToyStack, assert_replacement_equivalence
 
-from . import test_engine, test_schedule
-
-PLANTED_BUG_SETTINGS = settings(
-    parent=settings.get_profile("default"),
-    max_examples=60,
-    phases=[Phase.generate],  # no shrinking: only whether it fails matters
-    database=None,
-    derandomize=True,  # the same examples every run
-)
+from . import test_engine, test_schedule, test_verify
 
 
-def with_planted_bug_settings(test, monkeypatch):
-    """@given binds its settings when the test is decorated, so a profile loaded now would not
-    reach it; swap the bound settings for the duration of this test instead."""
+def without_shrinking(test, monkeypatch):
+    """The settings CI runs the test with (the loaded profile: as many examples, random ones), but no
+    shrinking and no example database: only whether the planted bug is found matters, and a failure
+    remembered from an earlier run must not find it for the test. @given binds its settings when the test
+    is decorated, so swap the bound settings for the duration of this test."""
+    if not hasattr(test, "hypothesis"):
+        return test
     assert hasattr(test, "_hypothesis_internal_use_settings"), "hypothesis changed where @given keeps its settings"
-    monkeypatch.setattr(test, "_hypothesis_internal_use_settings", PLANTED_BUG_SETTINGS)
+    ci = settings.default
+    monkeypatch.setattr(test, "_hypothesis_internal_use_settings", settings(ci, phases=[Phase.generate], database=None))
     return test
 
 
@@ -68,10 +68,40 @@ def mutate_then_validate(model, spec, group, registry):
     return original_build(model, spec, group, registry)
 
 
+def mutate_first(model, specs, registry):
+    for param in model.parameters():
+        param.requires_grad_(False)
+    return original_prepare(model, specs, registry)
+
+
+def freeze_parameters_only(frozen):
+    for module in frozen:
+        for param in module.parameters(recurse=False):
+            param.requires_grad_(False)
+    return []
+
+
+def no_freezing(frozen):
+    return []
+
+
 original_choose = Router.choose
 original_init = Router.__init__
 original_load = engine.Theseus.load_state_dict
 original_build = prepare._build_successor
+original_prepare = engine.prepare
+
+
+def assert_equivalence_on_toys():
+    """The test kit on a stack with dropout and a conv net with batch norms."""
+    torch.manual_seed(0)
+    stack = ToyStack(num_blocks=4, container="list", dropout=0.2)
+    assert_replacement_equivalence(
+        stack, th.plan(stack, "blocks", num_groups=2, successor=th.copy_module(0)), stack.example_inputs()
+    )
+    convnet = ToyConvNet()
+    assert_replacement_equivalence(convnet, [th.ModuleSpec("blocks[1:3]", th.copy_module(0))], convnet.example_inputs())
+
 
 BUGS = {
     "routes drawn from the global RNG": (
@@ -89,10 +119,18 @@ BUGS = {
         ],
     ),
     "predecessors left trainable": (
-        (engine, "_freeze", lambda model, predecessors, train_others: None),
+        (engine, "_freeze", no_freezing),
         [
             test_engine.test_only_successor_parameters_get_gradients,
             test_engine.test_optimizer_steps_leave_predecessors_unchanged,
+            assert_equivalence_on_toys,
+        ],
+    ),
+    "frozen batch norms keep writing their statistics": (
+        (engine, "_freeze", freeze_parameters_only),
+        [
+            test_verify.test_frozen_batch_norms_compute_with_batch_statistics_but_never_write_them,
+            assert_equivalence_on_toys,
         ],
     ),
     "finalize keeps the predecessors": (
@@ -100,7 +138,7 @@ BUGS = {
         [test_engine.test_finalize_leaves_no_predecessor_parameter],
     ),
     "restore forgets requires_grad": (
-        (engine.Theseus, "_restore_requires_grad", lambda self: None),
+        (engine.Theseus, "_unfreeze", lambda self: None),
         [test_engine.test_restore_round_trips_the_state_dict_and_the_modules],
     ),
     "the seed is ignored": (
@@ -115,9 +153,17 @@ BUGS = {
         (schedule.LinearSchedule, "_curriculum", lambda self, step: self.k * step + self.base),
         [test_schedule.test_every_schedule_stays_in_the_unit_interval],
     ),
-    "mutation before validation": (
+    "mutation while building successors": (
         (prepare, "_build_successor", mutate_then_validate),
         [test_engine.test_random_invalid_specs_raise_before_any_mutation],
+    ),
+    "mutation before validation": (
+        (engine, "prepare", mutate_first),
+        [test_engine.test_random_invalid_specs_raise_before_any_mutation],
+    ),
+    "replace_ accepts without verifying": (
+        (engine, "verify", lambda *args: None),
+        [test_verify.test_a_container_that_does_more_than_call_its_layers_is_refused_and_left_untouched],
     ),
 }
 
@@ -127,8 +173,18 @@ def test_the_property_fails_when_broken(bug, monkeypatch):
     (owner, name, replacement), tests = BUGS[bug]
     monkeypatch.setattr(owner, name, replacement)
     for test in tests:
-        with pytest.raises(AssertionError):
-            with_planted_bug_settings(test, monkeypatch)()
+        for args in _arguments(test):
+            # replace_'s own verification (VerificationError) may be the first to notice
+            with pytest.raises((AssertionError, pytest.fail.Exception, th.VerificationError)):
+                without_shrinking(test, monkeypatch)(*args)
+
+
+def _arguments(test):
+    """A parametrized test runs with each of its parameter sets; any other with none."""
+    marks = [mark for mark in getattr(test, "pytestmark", []) if mark.name == "parametrize"]
+    if not marks:
+        return [()]
+    return [values if isinstance(values, tuple) else (values,) for values in marks[0].args[1]]
 
 
 def test_the_frequency_check_catches_biased_draws(monkeypatch):

@@ -23,7 +23,7 @@ def test_registered_factories_are_found_by_nearest_type():
     assert registry.lookup([SpecialBlock(4)]) is toy  # a subclass falls back to its base
     special = registry.register(SpecialBlock)(lambda group: nn.Identity())
     assert registry.lookup([SpecialBlock(4)]) is special
-    assert registry.list() == [f"{__name__}.SpecialBlock", "theseus_core.testing.ToyBlock"]
+    assert registry.list() == [f"{__name__}.SpecialBlock", "theseus_core.testing.toys.ToyBlock"]
     assert registry.list("*Special*") == [f"{__name__}.SpecialBlock"]
     assert ToyBlock in registry
 

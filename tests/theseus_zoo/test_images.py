@@ -134,8 +134,8 @@ def test_compress_exports_a_torchvision_resnet18_and_keeps_frozen_batch_norm_sta
     assert accuracy == report["models"]["theseus"]["test"]["accuracy"]
     assert images.load_exported(out / "model").state_dict().keys() == exported.state_dict().keys()
 
-    # The trainer calls model.train() before every replacing step and replaces without predecessor_eval: the
-    # task must keep the frozen batch norms (the stem's, and the predecessor blocks' in the sites) in eval mode.
+    # The trainer calls model.train() before every replacing step and replaces with default options: the
+    # frozen batch norms (the stem's, and the predecessor blocks' in the sites) must keep their statistics.
     done = saved["state"]["done"]
     predecessor, replacing = done["predecessor"]["weights"], done["replacing"]["weights"]
     assert done["replacing"]["best_step"] == 3  # evaluated once, at the end, after 2 steps at p = 1

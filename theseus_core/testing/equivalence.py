@@ -1,0 +1,142 @@
+"""`assert_replacement_equivalence`: the contract of a replacement, checked on copies of a model."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..engine import frozen_modules, replace_
+from ..spec import ModuleSpec, Plan, resolve
+from ..verify import copied, tensors
+
+
+def _assert_outputs(actual: Any, expected: Any, message: str, rtol: float, atol: float) -> None:
+    actual, expected = tensors(actual), tensors(expected)
+    if len(actual) != len(expected):
+        raise AssertionError(f"{message}: {len(actual)} output tensors instead of {len(expected)}")
+    for a, e in zip(actual, expected, strict=True):
+        torch.testing.assert_close(a, e, rtol=rtol, atol=atol, msg=lambda detail: f"{message}\n{detail}")
+
+
+def _run(model: nn.Module, training: bool, seed: int, inputs: tuple, kwargs: dict, grad: bool = False) -> Any:
+    """One forward with the global RNG seeded (same dropout masks), without disturbing the caller's RNG."""
+    model.train(training)
+    with torch.random.fork_rng(devices=[]), torch.set_grad_enabled(grad):
+        torch.manual_seed(seed)
+        return model(*copied(inputs), **copied(kwargs))
+
+
+def _run_frozen(model: nn.Module, specs: Sequence[ModuleSpec], train_others: bool, *args: Any) -> Any:
+    """`_run` with the parameters frozen as `replace_` will freeze them (a weight that requires grad can
+    change torch's matmul path by an ulp; see theseus_core.verify)."""
+    groups = [module for spec in specs for module in resolve(model, spec.path).modules]
+    flags = [(param, param.requires_grad) for param in model.parameters()]
+    for module in frozen_modules(model, groups, train_others):
+        module.requires_grad_(False)
+    try:
+        return _run(model, *args)
+    finally:
+        for param, requires_grad in flags:
+            param.requires_grad_(requires_grad)
+
+
+def _state(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {name: tensor.clone() for name, tensor in model.state_dict().items()}
+
+
+def assert_replacement_equivalence(
+    model: nn.Module,
+    specs: Sequence[ModuleSpec] | Plan,
+    example_inputs: tuple[Any, ...],
+    example_kwargs: Mapping[str, Any] | None = None,
+    *,
+    seed: int = 0,
+    rtol: float = 1.3e-6,
+    atol: float = 1e-5,
+    draws: int = 8,
+    **replace_options: Any,
+) -> None:
+    """Checks that replacing ``specs`` in ``model`` behaves as Theseus compression must.
+
+    On deep copies of ``model`` (the model itself is never changed):
+
+    1. rate 0 in training mode reproduces the original model exactly (same
+       torch seed, so the same dropout masks); `replace_` verifies this itself,
+       and it is checked again here;
+    2. rate 1 in training mode equals the finalized model in training mode;
+    3. eval mode equals the finalized model in eval mode;
+    4. at rate 0.5, over ``draws`` training forwards and backwards (so that
+       predecessors run, behind and in front of successors), only successor and
+       projection parameters (and, with ``train_others=True``, parameters
+       outside the groups) require and receive gradients;
+    5. after those forwards, `Theseus.restore` gives back the original
+       state_dict exactly, buffers such as batch-norm statistics included
+       (without ``train_others``: with it, the modules outside the groups train).
+
+    Args:
+        model: The model to check; left untouched.
+        specs: What `replace_` would get.
+        example_inputs, example_kwargs: One batch for ``model(*example_inputs, **example_kwargs)``.
+        seed: Seeds both the routes and the global RNG for dropout. (default: ``0``)
+        rtol, atol: Tolerances for checks 2 and 3 (check 1 is exact).
+        draws: Training forwards at rate 0.5 for checks 4 and 5. (default: ``8``)
+        **replace_options: Passed to `replace_` (e.g. ``train_others=True``).
+
+    Raises:
+        AssertionError: Naming the property that failed.
+    """
+    kwargs = dict(example_kwargs or {})
+    inputs = tuple(example_inputs)
+
+    work = copy.deepcopy(model)
+    original = _run_frozen(work, specs, bool(replace_options.get("train_others")), True, seed, inputs, kwargs)
+    theseus = replace_(work, specs, seed=seed, example_inputs=inputs, example_kwargs=kwargs, **replace_options)
+    theseus.rate = 0.0
+    _assert_outputs(_run(work, True, seed, inputs, kwargs), original, "rate 0 differs from the original model", 0, 0)
+    theseus.rate = 1.0
+    all_successors = _run(work, True, seed, inputs, kwargs)
+    evaluated = _run(work, False, seed, inputs, kwargs)
+    compact = theseus.finalize()
+    _assert_outputs(
+        _run(compact, False, seed, inputs, kwargs), evaluated, "eval mode differs from finalized", rtol, atol
+    )
+    _assert_outputs(
+        _run(compact, True, seed, inputs, kwargs), all_successors, "rate 1 differs from finalized", rtol, atol
+    )
+
+    work = copy.deepcopy(model)
+    before = _state(work)
+    theseus = replace_(work, specs, seed=seed, **replace_options)
+    names = {id(p): name for name, p in work.named_parameters()}
+    allowed = {id(p) for p in theseus.successor_parameters()}
+    if replace_options.get("train_others"):
+        inside = {id(p) for site in theseus.sites for p in site.predecessor.parameters()}
+        allowed |= {id(p) for p in work.parameters() if id(p) not in inside}
+    for param in work.parameters():
+        if param.requires_grad and id(param) not in allowed:
+            raise AssertionError(f"frozen parameter {names[id(param)]} requires grad")
+    theseus.rate = 0.5
+    for draw in range(draws):
+        for param in work.parameters():
+            param.grad = None
+        output = _run(work, True, seed + draw, inputs, kwargs, grad=True)
+        loss = sum(t.float().sum() for t in tensors(output) if t.requires_grad)
+        if isinstance(loss, torch.Tensor):
+            loss.backward()
+        for param in work.parameters():
+            if param.grad is not None and id(param) not in allowed:
+                raise AssertionError(
+                    f"frozen parameter {names[id(param)]} received a gradient (routes {theseus.last_routes})"
+                )
+    if not replace_options.get("train_others"):
+        theseus.restore()
+        after = work.state_dict()
+        if list(after) != list(before):
+            raise AssertionError(f"restore() changed the state_dict keys: {sorted(set(after) ^ set(before))}")
+        for name, tensor in before.items():
+            if not torch.equal(after[name], tensor):
+                raise AssertionError(f"training at rate 0.5 then restore() changed {name}")
