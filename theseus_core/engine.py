@@ -101,6 +101,7 @@ def replace_(
         run = ExampleRun(model, tuple(example_inputs or ()), dict(example_kwargs or {}), int(seed), frozen)
         reference = run_original(run, [item.group for item in prepared], predecessor_eval)
         check_successors(prepared, reference.group_inputs, reference.group_outputs)
+    modes = [(module, module.training) for module in model.modules()]
     # --- nothing above this line changes the model ---
     theseus = Theseus._install(
         model,
@@ -116,6 +117,8 @@ def replace_(
             verify(run, theseus._sites, [item.group for item in prepared], reference)
         except BaseException:
             theseus.restore()
+            for module, training in modes:
+                module.training = training
             raise
         theseus._router.reset()
     if compile_options is not None:

@@ -250,3 +250,27 @@ def test_verification_leaves_what_the_layers_receive_alone():
     assert_replacement_equivalence(
         model, th.plan(model, "layers", num_groups=2, successor=th.copy_module(0)), (torch.randn(2, 8),)
     )
+
+
+def test_a_refused_model_keeps_every_module_mode():
+    model = StatePassing().train()
+    model.layers[1].eval()  # a mode the container's train() would not give back
+    before = snapshot(model)
+    with pytest.raises(th.VerificationError):
+        th.replace_(
+            model,
+            th.plan(model, "layers", num_groups=2, successor=th.copy_module(0)),
+            example_inputs=(torch.randn(3, 8),),
+        )
+    assert_untouched(model, before)
+
+
+def test_a_model_under_replacement_can_be_copied_and_pickled():
+    import copy
+    import pickle
+
+    model = nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16, batch_first=True), 4, enable_nested_tensor=False)
+    th.replace_(model, th.plan(model, "layers", num_groups=2, successor=th.copy_module(0)))
+    for twin in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        assert twin.layers[0].self_attn is twin.layers[0].predecessor.layers[0].self_attn
+        twin.eval()(torch.randn(2, 3, 8))
