@@ -52,20 +52,20 @@ def test_rate_zero_and_one_are_allowed():
 
 
 @pytest.mark.parametrize(
-    "make",
+    ("make", "message"),
     [
-        lambda: th.ConstantSchedule(1.5),
-        lambda: th.ConstantSchedule(math.nan),
-        lambda: th.LinearSchedule(-0.1, 0.1),
-        lambda: th.LinearSchedule(0.3, 0.0),
-        lambda: th.LinearSchedule(0.3, -1.0),
-        lambda: th.LinearSchedule(0.3, math.inf),
-        lambda: th.AntiCurriculumSchedule(0.3, math.nan),
-        lambda: th.LinearSchedule.reaching_one_at(0),
+        (lambda: th.ConstantSchedule(1.5), r"ConstantSchedule.rate must be a number in \[0, 1\], got 1.5"),
+        (lambda: th.ConstantSchedule(math.nan), r"ConstantSchedule.rate must be a number in \[0, 1\], got nan"),
+        (lambda: th.LinearSchedule(-0.1, 0.1), r"LinearSchedule.base must be a number in \[0, 1\]"),
+        (lambda: th.LinearSchedule(0.3, 0.0), r"LinearSchedule.k must be a finite number > 0, got 0.0"),
+        (lambda: th.LinearSchedule(0.3, -1.0), r"LinearSchedule.k must be a finite number > 0"),
+        (lambda: th.LinearSchedule(0.3, math.inf), r"LinearSchedule.k must be a finite number > 0, got inf"),
+        (lambda: th.AntiCurriculumSchedule(0.3, math.nan), r"AntiCurriculumSchedule.k must be a finite number"),
+        (lambda: th.LinearSchedule.reaching_one_at(0), r"steps must be an integer >= 1, got 0"),
     ],
 )
-def test_invalid_schedules_raise(make):
-    with pytest.raises(ValueError):
+def test_invalid_schedules_raise(make, message):
+    with pytest.raises(ValueError, match=message):
         make()
 
 

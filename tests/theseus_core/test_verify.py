@@ -256,7 +256,7 @@ def test_a_refused_model_keeps_every_module_mode():
     model = StatePassing().train()
     model.layers[1].eval()  # a mode the container's train() would not give back
     before = snapshot(model)
-    with pytest.raises(th.VerificationError):
+    with pytest.raises(th.VerificationError, match="passes state from one layer"):
         th.replace_(
             model,
             th.plan(model, "layers", num_groups=2, successor=th.copy_module(0)),
