@@ -18,7 +18,8 @@ Example::
     from theseus_adapters import bert
 
     model = AutoModelForSequenceClassification.from_pretrained(path)  # fine-tuned, 12 layers
-    theseus = th.replace_(model, bert.plan(model, num_layers=6, init="first"))
+    batch = tokenizer(["a sentence", "another"], return_tensors="pt")  # replace_ verifies the surgery on it
+    theseus = th.replace_(model, bert.plan(model, num_layers=6, init="first"), example_kwargs=dict(batch))
     ...  # train with a schedule (README quick start)
     theseus.finalize().save_pretrained("out")  # a plain 6-layer model
 """

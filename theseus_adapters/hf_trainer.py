@@ -7,7 +7,7 @@ Example::
     from theseus_adapters import bert
     from theseus_adapters.hf_trainer import TheseusCallback
 
-    theseus = th.replace_(model, bert.plan(model, num_layers=6))
+    theseus = th.replace_(model, bert.plan(model, num_layers=6), example_kwargs=dict(batch))  # one tokenized batch
     schedule = th.LinearSchedule.reaching_one_at(5000, base=0.3)
     trainer = Trainer(model=model, args=args, train_dataset=train, callbacks=[TheseusCallback(theseus, schedule)])
     trainer.train()  # the Trainer's optimizer only gets the parameters that require grad: the successors'

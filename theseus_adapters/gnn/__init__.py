@@ -20,7 +20,7 @@ gives the original structure, state_dict (keys, order, values) and conv/norm mod
     from theseus_adapters import gnn
 
     gnn.to_steps_(model)  # a GCN, GIN, GAT, ... or a torch_geometric.nn.Sequential; validates first
-    theseus = th.replace_(model, gnn.plan(model, num_layers=2))
+    theseus = th.replace_(model, gnn.plan(model, num_layers=2), example_inputs=(x, edge_index))  # verified on them
     ...  # train as usual, model(x, edge_index, ...)
     theseus.finalize()  # the plan's on_finalize converts back: a GCN with num_layers=2
     # or: theseus.restore(); gnn.from_steps_(model)  -> the original model, bit-identical
