@@ -75,7 +75,7 @@ class TextClassificationTask:
         self.model_name = options.get("model", DEFAULT_MODEL)
         self.dataset_name = options.get("dataset", "rotten-tomatoes")
         self.data_dir = options.get("data_dir")
-        self.labels = options.get("labels", "binary")
+        self.label_kind = options.get("labels", "binary")
         self.text_column = options.get("text_column", "text")
         self.text_pair_column = options.get("text_pair_column")
         self.label_column = options.get("label_column", "label")
@@ -101,8 +101,8 @@ class TextClassificationTask:
             raise ValueError(
                 f"unknown dataset {self.dataset_name!r} (no such file either); give one of: {', '.join(DATASETS)}"
             )
-        if self.labels != "binary" and self.dataset_name != "rotten-tomatoes":
-            raise ValueError(f"labels={self.labels!r} is a Rotten Tomatoes option; {self.dataset_name} has its own")
+        if self.label_kind != "binary" and self.dataset_name != "rotten-tomatoes":
+            raise ValueError(f"labels={self.label_kind!r} is a Rotten Tomatoes option; {self.dataset_name} has its own")
         self.max_length = self.max_length or 128
         self._examples: dict[str, list[dict[str, Any]]] | None = None
         self._table = None
@@ -132,7 +132,7 @@ class TextClassificationTask:
         if self.glue is not None:
             return self.glue.num_labels
         if self.dataset_name == "rotten-tomatoes":
-            return {"binary": 2, "five": 5, "regression": 1}[self.labels]
+            return {"binary": 2, "five": 5, "regression": 1}[self.label_kind]
         if self.dataset_name == "bbc-news":
             from .bbc_news import TOPICS
 
@@ -213,7 +213,7 @@ class TextClassificationTask:
         if self.dataset_name == "rotten-tomatoes":
             from .rotten_tomatoes import load_rotten_tomatoes
 
-            return dict(load_rotten_tomatoes(labels=self.labels, **self.split))
+            return dict(load_rotten_tomatoes(labels=self.label_kind, **self.split))
         if self.dataset_name == "bbc-news":
             from .bbc_news import load_bbc_news
 
