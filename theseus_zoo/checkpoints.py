@@ -13,6 +13,7 @@ import hashlib
 import io
 import os
 import pickle
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +74,9 @@ def read_checkpoint(path: Path) -> Any:
     ):
         raise CheckpointError(f"{path} is damaged or not a theseus checkpoint (its checksum does not match){hint}")
     try:
-        return torch.load(io.BytesIO(payload), weights_only=True)
+        with warnings.catch_warnings():  # torch warns about a foreign pickle protocol before refusing it
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.load(io.BytesIO(payload), weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise CheckpointError(f"{path} does not load as a plain checkpoint ({first}){hint}") from None

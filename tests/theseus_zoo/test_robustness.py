@@ -35,6 +35,22 @@ def comparable(run):
     return report
 
 
+def dies_after_save(monkeypatch, number):
+    """Makes the run raise KeyboardInterrupt (as Ctrl-C or a kill would end it) right after its ``number``-th
+    checkpoint is written; returns the function that undoes it."""
+    saves = {"n": 0}
+    save = trainer.atomic_save
+
+    def save_then_die(state, path):
+        save(state, path)
+        saves["n"] += 1
+        if saves["n"] == number:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(trainer, "atomic_save", save_then_die)
+    return lambda: monkeypatch.setattr(trainer, "atomic_save", save)
+
+
 @pytest.fixture(scope="module")
 def whole(tmp_path_factory):
     """An uninterrupted run of each configuration the kills are compared with."""
@@ -53,18 +69,9 @@ def whole(tmp_path_factory):
 # 10: truncated start, ..., 14: its done
 @pytest.mark.parametrize("kill_after", [3, 4, 5, 8, 9, 10, 14])
 def test_a_kill_right_after_any_save_resumes_to_the_same_bytes(tmp_path, monkeypatch, whole, kill_after):
-    saves = {"n": 0}
-    save = trainer.atomic_save
-
-    def save_then_die(state, path):
-        save(state, path)
-        saves["n"] += 1
-        if saves["n"] == kill_after:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(trainer, "atomic_save", save_then_die)
+    undo = dies_after_save(monkeypatch, kill_after)
     assert compress(tmp_path) == 130
-    monkeypatch.setattr(trainer, "atomic_save", save)
+    undo()
     assert compress(tmp_path, "run", "--resume") == 0
     run = tmp_path / "run"
     assert (run / "metrics.jsonl").read_bytes() == (whole["plain"] / "metrics.jsonl").read_bytes()
@@ -77,19 +84,10 @@ def test_an_early_stop_survives_a_kill_right_after_the_stopping_evaluation(tmp_p
     replacing = [r for r in records if r["phase"] == "replacing"]
     assert len(replacing) < 60  # it did stop early
     stopping_save = 4 + 1 + len(replacing) // 10  # the checkpoint of the evaluation that stopped it
-    saves = {"n": 0}
-    save = trainer.atomic_save
-
-    def save_then_die(state, path):
-        save(state, path)
-        saves["n"] += 1
-        if saves["n"] == stopping_save:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(trainer, "atomic_save", save_then_die)
+    undo = dies_after_save(monkeypatch, stopping_save)
     overrides = {"patience": 1, "replacing": {"steps": 60, "eval_every": 10}}
     assert compress(tmp_path, overrides=overrides) == 130
-    monkeypatch.setattr(trainer, "atomic_save", save)
+    undo()
     assert compress(tmp_path, "run", "--resume", overrides=overrides) == 0
     assert (tmp_path / "run" / "metrics.jsonl").read_bytes() == (whole["stopping"] / "metrics.jsonl").read_bytes()
 
@@ -167,17 +165,9 @@ def test_an_infinite_learning_rate_is_refused_before_any_work(tmp_path, capsys):
 
 
 def test_a_truncated_metrics_file_is_cut_to_its_last_complete_line_never_padded(tmp_path, monkeypatch, capsys):
-    saves, save = {"n": 0}, trainer.atomic_save
-
-    def save_then_die(state, path):
-        save(state, path)
-        saves["n"] += 1
-        if saves["n"] == 7:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(trainer, "atomic_save", save_then_die)
+    undo = dies_after_save(monkeypatch, 7)
     assert compress(tmp_path) == 130
-    monkeypatch.setattr(trainer, "atomic_save", save)
+    undo()
     metrics = tmp_path / "run" / "metrics.jsonl"
     data = metrics.read_bytes()
     metrics.write_bytes(data[: len(data) - 250])
