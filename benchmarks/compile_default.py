@@ -112,8 +112,9 @@ def run_child(kind: str, options: dict, steps: int, warm_up: int, timeout: int) 
     for line in result.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[len("RESULT ") :])
-    last = [line for line in result.stderr.strip().splitlines() if line.strip()]
-    return {"error": last[-1][:200] if last else f"exit {result.returncode}"}
+    lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
+    errors = [line for line in lines if "Error:" in line] or lines  # dynamo ends with a hint, not the error
+    return {"error": errors[-1].strip()[:200] if errors else f"exit {result.returncode}"}
 
 
 def main() -> None:
