@@ -564,6 +564,10 @@ class GraphTask:
     def forward(self, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
         return model(batch[0], batch[1])
 
+    def example_inputs(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """What `replace_` runs the model on to verify the surgery: ``model(*args, **kwargs)``."""
+        return tuple(self.latency_batch()), {}
+
     def export(self, model: nn.Module, directory: Path) -> list[Path]:
         """``model.pt`` (a state_dict) and ``config.json``: ``torch_geometric.nn.<MODELS[model]>(**config)`` loads it
         with ``strict=True`` (``GCN`` for ``"gcn"``, ``GraphSAGE`` for ``"sage"``, ...)."""

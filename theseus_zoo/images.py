@@ -445,6 +445,10 @@ class ResNetTask:
     def forward(self, model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
         return model(batch)
 
+    def example_inputs(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """What `replace_` runs the model on to verify the surgery: ``model(*args, **kwargs)``."""
+        return (self.latency_batch()[:8],), {}
+
     # ------------------------------------------------------------------ export
     def config(self, model: nn.Module) -> dict[str, Any]:
         """What ``config.json`` holds: the torchvision constructor (or block and layers) and the inputs."""

@@ -52,6 +52,7 @@ class Task(Protocol):
     # so that reports carry bootstrap standard errors and paired comparisons; and
     #   is_head(parameter_name) -> bool, for ``unfreeze_at_one="head"``;
     #   replace_options -> dict of `theseus_core.replace_` keyword arguments for the replacing phase;
+    #   example_inputs() -> (args, kwargs) that `replace_` runs the model on to verify the surgery;
     #   compression_options -> names of the options that shape only the successor (`--predecessor-from` ignores
     #   them).
 

@@ -352,6 +352,12 @@ class TextClassificationTask:
     def forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> Any:
         return model(**batch).logits
 
+    def example_inputs(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """What `replace_` runs the model on to verify the surgery: ``model(*args, **kwargs)``."""
+        batch = self.collate(self.dataset("train")[:4])
+        batch.pop("labels")
+        return (), batch
+
     def export(self, model: nn.Module, directory: Path) -> list[Path]:
         """``save_pretrained`` of the model and the tokenizer: ``AutoModelForSequenceClassification`` loads it."""
         directory.mkdir(parents=True, exist_ok=True)

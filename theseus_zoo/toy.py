@@ -140,6 +140,10 @@ class ToyTask:
     def forward(self, model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
         return model(batch)
 
+    def example_inputs(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """What `replace_` runs the model on to verify the surgery: ``model(*args, **kwargs)``."""
+        return (self.latency_batch()[:8],), {}
+
     def export(self, model: nn.Module, directory: Path) -> list[Path]:
         """``model.pt`` (a state_dict) and ``config.json``: ``ToyStack(**config)`` loads it with strict=True."""
         directory.mkdir(parents=True, exist_ok=True)

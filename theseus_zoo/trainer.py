@@ -200,7 +200,11 @@ class Run:
         compact = None
         if self.recipe.theseus:
             model = copy.deepcopy(predecessor)
-            options = getattr(self.task, "replace_options", {})  # e.g. predecessor_eval
+            options = dict(getattr(self.task, "replace_options", {}))  # e.g. predecessor_eval
+            if hasattr(self.task, "example_inputs"):  # replace_ runs them at rate 0 and refuses a wrong surgery
+                options["example_inputs"], options["example_kwargs"] = _to(
+                    self.task.example_inputs(), self.accelerator.device
+                )
             theseus = th.replace_(model, self.task.plan(model), seed=self.recipe.seed, **options)
             if not self._finished("replacing"):
                 self._train(

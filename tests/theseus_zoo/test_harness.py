@@ -225,3 +225,19 @@ def test_analyze_runs_the_papers_analyses_on_the_toy_recipe(tmp_path):
             assert [row["steps"] for row in summary["rows"]] == [15, 30]
         assert cli.main([*args, "--analysis", analysis, *extra]) == 2  # exists: --resume or another --out
         assert cli.main([*args, "--analysis", analysis, *extra, "--resume"]) == 0
+
+
+def test_the_replacing_phase_lets_replace_verify_the_surgery_on_the_tasks_example_inputs(tmp_path, monkeypatch):
+    from theseus_zoo import trainer
+
+    seen = []
+    replace = trainer.th.replace_
+
+    def spying(model, specs, **options):
+        seen.append(options)
+        return replace(model, specs, **options)
+
+    monkeypatch.setattr(trainer.th, "replace_", spying)
+    compress(tmp_path)
+    (args,), kwargs = seen[0]["example_inputs"], seen[0]["example_kwargs"]
+    assert args.shape == (8, toy.NUM_FEATURES) and kwargs == {}
