@@ -106,6 +106,7 @@ class TextClassificationTask:
         self.max_length = self.max_length or 128
         self._examples: dict[str, list[dict[str, Any]]] | None = None
         self._table = None
+        self._labels: dict[str, torch.Tensor] = {}
 
     # ------------------------------------------------------------ model and data
     def model_path(self) -> str:
@@ -298,7 +299,9 @@ class TextClassificationTask:
 
     def labels(self, split: str) -> torch.Tensor:
         """The split's labels, in the order of `predictions` (as floats)."""
-        return torch.tensor([e["labels"] for e in self.dataset(split)], dtype=torch.float)
+        if split not in self._labels:  # scored a thousand times over by the bootstrap: built once
+            self._labels[split] = torch.tensor([e["labels"] for e in self.dataset(split)], dtype=torch.float)
+        return self._labels[split]
 
     def score(self, predictions: torch.Tensor, split: str, chosen: torch.Tensor | None = None) -> dict[str, float]:
         """Metrics of per-example ``predictions`` (of the examples ``chosen``, with repeats, when given)."""

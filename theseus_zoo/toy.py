@@ -61,6 +61,7 @@ class ToyTask:
                 f"unknown toy options {sorted(options)}; known: num_blocks, width, num_layers, group_sizes, dropout"
             )
         self.data = make_data(seed)
+        self._labels: dict[str, torch.Tensor] = {}
 
     def check(self) -> None:
         if not 1 <= self.num_layers < self.num_blocks:
@@ -110,7 +111,9 @@ class ToyTask:
         return model(inputs.to(_device(model))).argmax(dim=1).float().cpu()
 
     def labels(self, split: str) -> torch.Tensor:
-        return self.collate(self.data[split])[1].float()
+        if split not in self._labels:  # scored a thousand times over by the bootstrap: built once
+            self._labels[split] = self.collate(self.data[split])[1].float()
+        return self._labels[split]
 
     def score(self, predictions: torch.Tensor, split: str, chosen: torch.Tensor | None = None) -> dict[str, float]:
         labels = self.labels(split)
