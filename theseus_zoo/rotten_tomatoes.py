@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import splits
 from .assets import asset_path
 from .splits import check_fractions, stratified_split
 
@@ -87,10 +88,9 @@ def read_snippets(path: str | Path) -> list[Snippet]:
 def quintile_boundaries(snippets: Sequence[Snippet]) -> list[float]:
     """The four valences that cut ``snippets`` into five classes of (as near as ties allow) equal size: the
     20th, 40th, 60th and 80th percentiles (the lower of two neighbours)."""
-    scores = sorted(snippet.score for snippet in snippets)
-    if not scores:
+    if not snippets:
         raise ValueError("no snippets: quintiles need at least one valence")
-    return [scores[(len(scores) * q) // 5] for q in range(1, 5)]
+    return splits.quintile_boundaries([snippet.score for snippet in snippets])
 
 
 def label_of(snippet: Snippet, labels: str, boundaries: Sequence[float]) -> int | float | None:
@@ -117,17 +117,11 @@ def split_snippets(
     check_fractions(dev_fraction, test_fraction)
     boundaries = quintile_boundaries(snippets)
     kept = [snippet for snippet in snippets if label_of(snippet, labels, boundaries) is not None]
-    if labels == "binary":
-        stratum = label_of
-    else:
-
-        def stratum(snippet: Snippet, *_: object) -> int:
-            return bisect.bisect_right(boundaries, snippet.score)
-
+    strata = "binary" if labels == "binary" else "five"  # regression is stratified by valence quintile
     return stratified_split(
         kept,
         identity=lambda snippet: snippet.id,
-        stratum=lambda snippet: stratum(snippet, labels, boundaries),
+        stratum=lambda snippet: label_of(snippet, strata, boundaries),
         seed=seed,
         dev_fraction=dev_fraction,
         test_fraction=test_fraction,

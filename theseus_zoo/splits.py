@@ -58,6 +58,15 @@ def stratified_split(
     return {name: sorted(members, key=lambda item: keys[id(item)]) for name, members in splits.items()}
 
 
+def quintile_boundaries(values: Sequence[float]) -> list[float]:
+    """The four values that cut ``values`` into five strata of (as near as ties allow) equal size: the 20th, 40th,
+    60th and 80th percentiles (the lower of two neighbours). Raises `ValueError` for no values."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("quintiles need at least one value")
+    return [ordered[(len(ordered) * q) // 5] for q in range(1, 5)]
+
+
 def round_half_up(value: float) -> int:
     """Rounds halves up (Python's `round` rounds them to even)."""
     return math.floor(value + 0.5)

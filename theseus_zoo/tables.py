@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .splits import check_fractions, stratified_split
+from .splits import check_fractions, quintile_boundaries, stratified_split
 
 if TYPE_CHECKING:
     import datasets
@@ -153,8 +153,7 @@ def load_table(
     if kind == "float":
         labels = [float(row[label_column]) for _, row in rows]
         label_names = None
-        ordered = sorted(labels)
-        boundaries = [ordered[(len(ordered) * q) // 5] for q in range(1, 5)]
+        boundaries = quintile_boundaries(labels)
         strata = [sum(label > boundary for boundary in boundaries) for label in labels]
     else:
         values = [int(row[label_column]) if kind == "int" else row[label_column] for _, row in rows]

@@ -558,19 +558,22 @@ def _repair_metrics(metrics: Path, length: int) -> None:
     )
 
 
+def _bootstrap(metric: Callable[[torch.Tensor], float], size: int, resamples: int) -> torch.Tensor:
+    """``metric(indices)`` over ``resamples`` bootstrap resamples of ``size`` examples, from a fixed seed."""
+    generator = torch.Generator().manual_seed(0)
+    return torch.tensor([metric(torch.randint(size, (size,), generator=generator)) for _ in range(resamples)])
+
+
 def bootstrap_standard_error(metric: Callable[[torch.Tensor], float], size: int, resamples: int = 1000) -> float:
     """The standard deviation of ``metric(indices)`` over bootstrap resamples of ``size`` examples (fixed seed)."""
-    generator = torch.Generator().manual_seed(0)
-    values = [metric(torch.randint(size, (size,), generator=generator)) for _ in range(resamples)]
-    return float(torch.tensor(values).std())
+    return float(_bootstrap(metric, size, resamples).std())
 
 
 def bootstrap_interval(
     metric: Callable[[torch.Tensor], float], size: int, resamples: int = 1000, level: float = 0.95
 ) -> tuple[float, float]:
     """The percentile interval of ``metric(indices)`` over bootstrap resamples of ``size`` examples (fixed seed)."""
-    generator = torch.Generator().manual_seed(0)
-    values = torch.tensor([metric(torch.randint(size, (size,), generator=generator)) for _ in range(resamples)])
+    values = _bootstrap(metric, size, resamples)
     tail = (1 - level) / 2
     return float(values.quantile(tail)), float(values.quantile(1 - tail))
 
