@@ -8,14 +8,19 @@
 - Successors for `theseus_core.replace_`: `quantized_copy`.
 - Adaptive splitting: `measure_sensitivity`, `split_costs`, `choose_splits`.
 - Export: `save_packed`, `load_packed` (2 / 1 bits a weight plus scales).
+- Two-stage distillation losses: `intermediates`, `intermediate_loss` (hidden states and
+  attentions), `prediction_loss` (soft cross-entropy), `layer_map`.
+- BERT (transformers), in `theseus_quant.bert`, imported on its own: `quantize_attention_`
+  (Q, K, V and attention probabilities).
 
 Needs torch only (and theseus_core for `quantized_copy`); safetensors is used when installed.
 """
 
 from .adaptive import SplitChoice, choose_splits, measure_sensitivity, split_costs
 from .convert import DEFAULT_SKIP, QuantizationRecord, dequantize_, matches, quantize_, quantized_copy
+from .distill import Intermediates, intermediate_loss, intermediates, layer_map, prediction_loss
 from .export import ExportReport, load_packed, pack_codes, save_packed, unpack_codes
-from .layers import BinarySplitEmbedding, BinarySplitLinear, QuantEmbedding, QuantLinear
+from .layers import BinarySplitEmbedding, BinarySplitLinear, QuantEmbedding, QuantizedInPlace, QuantLinear
 from .quantizers import (
     LSQQuantizer,
     UniformQuantizer,
@@ -34,9 +39,11 @@ __all__ = [
     "BinarySplitEmbedding",
     "BinarySplitLinear",
     "ExportReport",
+    "Intermediates",
     "LSQQuantizer",
     "QuantEmbedding",
     "QuantLinear",
+    "QuantizedInPlace",
     "QuantizationRecord",
     "SplitChoice",
     "SplitRecord",
@@ -48,10 +55,14 @@ __all__ = [
     "choose_splits",
     "dequantize",
     "dequantize_",
+    "intermediate_loss",
+    "intermediates",
+    "layer_map",
     "load_packed",
     "matches",
     "measure_sensitivity",
     "pack_codes",
+    "prediction_loss",
     "quantize_",
     "quantized_copy",
     "save_packed",

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from .layers import QUANTIZED_TYPES, WEIGHT_BITS, QuantEmbedding, QuantLinear
+from .layers import QUANTIZED_TYPES, WEIGHT_BITS, QuantEmbedding, QuantizedInPlace, QuantLinear
 from .quantizers import ACTIVATION_BITS, GRANULARITIES, Granularity
 
 DEFAULT_SKIP = ("classifier", "pooler", "position_embeddings", "token_type_embeddings")
@@ -185,14 +185,19 @@ def quantize_(
 def dequantize_(module: nn.Module) -> list[str]:
     """Undoes `quantize_`: every `QuantLinear` / `QuantEmbedding` inside ``module`` becomes a plain
     ``nn.Linear`` / ``nn.Embedding`` holding its latent weight (the same parameters); activation
-    quantizers are dropped. Split layers cannot be merged back and raise (before any change).
-    Returns the qualified names replaced."""
+    quantizers are dropped. Modules quantized in place (`QuantizedInPlace`, such as the attention
+    of `theseus_quant.bert.quantize_attention_`, root included) get their original class back
+    and lose their quantizers. Split layers cannot be merged back and raise (before any change).
+    Returns the qualified names dequantized."""
     edges = [edge for edge in _children(module) if isinstance(edge[3], QUANTIZED_TYPES)]
     split = [name for _, _, name, child in edges if not isinstance(child, (QuantLinear, QuantEmbedding))]
     if split:
         raise ValueError(f"split layers cannot be dequantized: {split}")
     if isinstance(module, QUANTIZED_TYPES):
         raise ValueError("dequantize_ works on the modules inside a model; the root is a quantized layer")
+    in_place = [(name, m) for name, m in module.named_modules() if isinstance(m, QuantizedInPlace)]
+    for _, quantized in in_place:
+        quantized.dequantize_self_()
     plain: dict[int, nn.Module] = {}
     for parent, key, _, child in edges:
         if id(child) not in plain:
@@ -205,7 +210,7 @@ def dequantize_(module: nn.Module) -> list[str]:
             new.train(child.training)
             plain[id(child)] = new
         parent._modules[key] = plain[id(child)]
-    return [name for _, _, name, _ in edges]
+    return [name for _, _, name, _ in edges] + [name or "(root)" for name, _ in in_place]
 
 
 class quantized_copy:  # noqa: N801 - used like a function: successor=quantized_copy(2, 8)

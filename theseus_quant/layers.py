@@ -216,3 +216,32 @@ class BinarySplitEmbedding(_BinarySplit):
 
 
 QUANTIZED_TYPES = (QuantLinear, QuantEmbedding, BinarySplitLinear, BinarySplitEmbedding)
+
+
+class QuantizedInPlace(nn.Module):
+    """Base of a module quantized *in place* by a family adapter: the module keeps its identity
+    (parameters, children, forward hooks) and only its class changes, to a subclass of its own class
+    that adds activation quantizers as children (the way ``torch.nn.utils.parametrize`` swaps
+    classes). Example: `theseus_quant.bert.QuantBertSelfAttention`.
+
+    A subclass names the class it came from (``original_class``) and the children it adds
+    (``quantizer_names``); `dequantize_` calls `dequantize_self_` on each such module.
+    """
+
+    original_class: type[nn.Module]
+    quantizer_names: tuple[str, ...]
+
+    @classmethod
+    def quantize_module_(cls, module: nn.Module, quantizers: dict[str, nn.Module | None]) -> None:
+        """Turns ``module`` (of type exactly ``original_class``) into a ``cls`` holding ``quantizers``."""
+        if type(module) is not cls.original_class or set(quantizers) != set(cls.quantizer_names):
+            raise TypeError(f"{cls.__name__} quantizes a {cls.original_class.__name__} with {cls.quantizer_names}")
+        module.__class__ = cls
+        for name, quantizer in quantizers.items():
+            module.add_module(name, quantizer)
+
+    def dequantize_self_(self) -> None:
+        """Drops the quantizers and gives the module its original class back (same object)."""
+        for name in self.quantizer_names:
+            del self._modules[name]
+        self.__class__ = self.original_class

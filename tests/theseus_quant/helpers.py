@@ -44,27 +44,33 @@ def weights(draw: st.DrawFn, max_rows: int = 9, max_cols: int = 12) -> torch.Ten
     return weight * draw(st.sampled_from([1e-3, 1.0, 50.0]))
 
 
-def tiny_bert_config(layers: int = 2):
+def tiny_bert_config(layers: int = 2, **overrides):
     from transformers import BertConfig
 
-    return BertConfig(
-        vocab_size=60,
-        hidden_size=16,
-        num_hidden_layers=layers,
-        num_attention_heads=2,
-        intermediate_size=24,
-        max_position_embeddings=32,
-        num_labels=3,
-    )
+    settings = {
+        "vocab_size": 60,
+        "hidden_size": 16,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 2,
+        "intermediate_size": 24,
+        "max_position_embeddings": 32,
+        "num_labels": 3,
+    }
+    return BertConfig(**(settings | overrides))
 
 
-def tiny_bert(layers: int = 2, seed: int = 0, classifier: bool = False) -> nn.Module:
-    """A tiny random BertModel (or BertForSequenceClassification) built from a config in code."""
+def tiny_bert(
+    layers: int = 2, seed: int = 0, classifier: bool = False, attention: str | None = None, **overrides
+) -> nn.Module:
+    """A tiny random BertModel (or BertForSequenceClassification) built from a config in code;
+    ``attention`` sets the attention implementation ("eager", "sdpa"; default: transformers')."""
     from transformers import BertForSequenceClassification, BertModel
 
     torch.manual_seed(seed)
-    config = tiny_bert_config(layers)
+    config = tiny_bert_config(layers, **overrides)
     model = BertForSequenceClassification(config) if classifier else BertModel(config)
+    if attention is not None:
+        model.set_attn_implementation(attention)
     return model.eval()
 
 
@@ -87,8 +93,18 @@ def snapshot(model: nn.Module) -> dict:
     }
 
 
-def assert_unchanged(model: nn.Module, before: dict) -> None:
-    after = snapshot(model)
+def assert_refused(model: nn.Module, call) -> None:
+    """``call(model)`` raises TypeError or ValueError and leaves ``model`` as it was."""
+    import pytest
+
+    before = snapshot(model)
+    with pytest.raises((TypeError, ValueError)):
+        call(model)
+    assert_unchanged(model, before)
+
+
+def assert_unchanged(model: nn.Module, before: dict, after: dict | None = None) -> None:
+    after = snapshot(model) if after is None else after
     assert after["modules"] == before["modules"], "modules changed"
     assert after["params"] == before["params"], "parameters or requires_grad changed"
     assert after["training"] == before["training"], "training flags changed"

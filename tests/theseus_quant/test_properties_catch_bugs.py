@@ -10,9 +10,9 @@ import pytest
 import torch
 from hypothesis import Phase, settings
 
-from theseus_quant import adaptive, convert, export, quantizers, tws
+from theseus_quant import adaptive, bert, convert, export, quantizers, tws
 
-from . import test_adaptive, test_convert, test_export, test_quantizers, test_tws
+from . import test_adaptive, test_bert, test_convert, test_export, test_quantizers, test_tws
 
 PLANTED_BUG_SETTINGS = settings(
     parent=settings.get_profile("default"),
@@ -89,7 +89,12 @@ def big_end_first(packed, bits, shape):
     return codes[:numel].reshape(tuple(shape))
 
 
+def boolean_mask_ignored(mask, dtype):
+    return None if mask is not None and mask.dtype == torch.bool else original_additive_mask(mask, dtype)
+
+
 original_binary = quantizers._binary
+original_additive_mask = bert.additive_mask
 original_split_layer = tws._split_layer
 original_children = convert._children
 original_unpack = export.unpack_codes
@@ -138,6 +143,10 @@ BUGS = {
     "packed codes read in the wrong order": (
         (export, "unpack_codes", big_end_first),
         [test_export.test_pack_unpack_round_trips_codes, test_export.test_export_then_load_round_trips_bit_for_bit],
+    ),
+    "quantized attention ignores sdpa's boolean mask": (
+        (bert, "additive_mask", boolean_mask_ignored),
+        [test_bert.test_quantized_attention_with_quantizers_off_is_the_original_attention],
     ),
 }
 
