@@ -16,7 +16,8 @@ Example::
 A step whose every group happens to run its frozen predecessor has nothing to learn, and its loss
 no gradient, which the ``Trainer``'s backward refuses; while training, the callback therefore ties
 such a loss to one successor parameter with weight zero (that parameter gets a zero gradient,
-the others none: AdamW leaves them alone).
+the others none: AdamW leaves them alone). `theseus_adapters.lightning` does the same for Lightning
+(both through `theseus_adapters._callbacks.ScheduledReplacing`).
 
 The rate is set from the optimizer step (``state.global_step``) before every step, so it follows the
 schedule under gradient accumulation too, and it is logged as ``replacing_rate``. Resuming a
@@ -26,17 +27,17 @@ from its seed (routes differ from the uninterrupted run; `theseus compress` resu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import nn
 from transformers import TrainerCallback
 
-import theseus_core as th
+from ._callbacks import ScheduledReplacing
 
 
-class TheseusCallback(TrainerCallback):
+class TheseusCallback(ScheduledReplacing, TrainerCallback):
     """Sets ``theseus.rate = schedule(global_step)`` before each optimizer step and logs it.
 
     Args:
@@ -44,18 +45,12 @@ class TheseusCallback(TrainerCallback):
         schedule: Step -> replacing rate in [0, 1], e.g. `theseus_core.LinearSchedule`.
     """
 
-    def __init__(self, theseus: th.Theseus, schedule: Callable[[int], float]) -> None:
-        if not isinstance(theseus, th.Theseus):
-            raise TypeError(f"TheseusCallback needs the handle theseus_core.replace_ returned, got {type(theseus)}")
-        if not callable(schedule):
-            raise TypeError(f"schedule must map a step to a rate, got {schedule!r}")
-        self.theseus, self.schedule = theseus, schedule
-        self._hook: torch.utils.hooks.RemovableHandle | None = None
+    _hook: torch.utils.hooks.RemovableHandle | None = None
 
     def on_train_begin(
         self, args: Any, state: Any, control: Any, model: nn.Module | None = None, **kwargs: Any
     ) -> None:
-        self.theseus.rate = self.schedule(state.global_step)
+        self._begin_step(state.global_step)
         if model is not None and self._hook is None:
             self._hook = model.register_forward_hook(self._keep_loss_differentiable)
 
@@ -66,13 +61,12 @@ class TheseusCallback(TrainerCallback):
 
     def _keep_loss_differentiable(self, module: nn.Module, inputs: Any, output: Any) -> Any:
         loss = output.get("loss") if isinstance(output, Mapping) else None
-        if module.training and torch.is_grad_enabled() and loss is not None and not loss.requires_grad:
-            anchor = next(iter(self.theseus.successor_parameters()))
-            output["loss"] = loss + 0.0 * anchor.sum()
+        if module.training and torch.is_grad_enabled() and loss is not None:
+            output["loss"] = self._differentiable(loss)
         return output
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.theseus.rate = self.schedule(state.global_step)
+        self._begin_step(state.global_step)
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None, **kwargs: Any) -> None:
         if logs is not None:

@@ -55,8 +55,3 @@ def test_the_callback_follows_the_schedule_and_only_successors_learn(tmp_path):
         assert torch.equal(before, dict(model.named_parameters())[name]), name
     assert any(not torch.equal(before, dict(model.named_parameters())[name]) for name, before in trainable.items())
     assert theseus.finalize().config.num_hidden_layers == 2
-
-
-def test_the_callback_refuses_what_is_not_a_handle():
-    with pytest.raises(TypeError, match="handle"):
-        TheseusCallback(object(), lambda step: 1.0)
