@@ -29,14 +29,14 @@ test: install lint
 # The offline default, a cell with headroom: all-MiniLM-L6-v2 6 -> 1 layer on Rotten Tomatoes' five valence grades,
 # where truncation costs 7 points (benchmarks/results/headroom.md); Theseus against truncated fine-tuning and KD.
 demo: install
-	$(BIN)/python -m theseus_zoo.assets fetch all-minilm-l6-v2 rotten-tomatoes
+	$(BIN)/theseus fetch all-minilm-l6-v2 rotten-tomatoes
 	rm -rf runs/minilm-rt-five-1l
 	$(BIN)/theseus compress --recipe minilm-rt-five-1l --out runs/minilm-rt-five-1l
 
 # Speed, memory and compile benchmarks (about 30 minutes on 2 CPU cores); tables in benchmarks/results/.
 bench: install
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
-	$(BIN)/python -m theseus_zoo.assets fetch all-minilm-l6-v2
+	$(BIN)/theseus fetch all-minilm-l6-v2
 	$(BIN)/python -m benchmarks.run
 
 clean:

@@ -86,7 +86,7 @@ def bert_base(full: bool) -> Case:
 def minilm(full: bool) -> Case:
     from transformers import AutoModelForSequenceClassification, BertConfig, BertForSequenceClassification
 
-    from theseus_zoo.assets import MissingAssetError, asset_path
+    from theseus_zoo.data.assets import MissingAssetError, asset_path
 
     try:
         path = asset_path("all-minilm-l6-v2")

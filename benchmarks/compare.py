@@ -32,6 +32,7 @@ from .recipes import paired_comparison, run_seed
 METHODS: dict[str, dict[str, Any]] = {
     "theseus": {"baselines": []},
     "theseus+unfreeze": {"baselines": [], "unfreeze_at_one": "head"},
+    "theseus+unfreeze-all": {"baselines": [], "unfreeze_at_one": "all"},
     "theseus+consistency": {"baselines": [], "consistency_weight": 1.0},
     "theseus+kd": {"baselines": [], "kd_weight": 1.0},
     "truncated": {"theseus": False, "baselines": ["truncated"]},

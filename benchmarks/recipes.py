@@ -59,7 +59,7 @@ def run_seed(
 
 def score(report: dict[str, Any], predictions: np.ndarray, chosen: np.ndarray) -> float:
     """The report's test metric of ``predictions`` on the examples ``chosen``: accuracy, or for regression the mean
-    of Pearson and Spearman (as `theseus_zoo.text` scores it)."""
+    of Pearson and Spearman (as `theseus_zoo.tasks.text` scores it)."""
     labels = np.asarray(report["test_labels"])[chosen]
     predictions = predictions[chosen]
     if report["metric"] == "accuracy":

@@ -30,7 +30,7 @@ from torch._dynamo.utils import counters
 
 import theseus_core as th
 from theseus_core.spec import resolve
-from theseus_zoo.timing import interleaved_seconds, median_ratio
+from theseus_zoo.training.timing import interleaved_seconds, median_ratio
 
 from .cases import CASES, Case
 from .harness import environment, markdown_table, training_memory, write_report

@@ -125,6 +125,28 @@ def even_group_sizes(num_modules: int, num_groups: int) -> list[int]:
     return [size + 1] * extra + [size] * (num_groups - extra)
 
 
+def group_sizes_for(total: int, num_groups: int, group_sizes: Sequence[int] | None = None) -> list[int]:
+    """Sizes of ``num_groups`` consecutive groups covering ``total`` modules: ``group_sizes`` checked, or
+    `even_group_sizes` when it is ``None``. Every adapter and task validates group sizes through this one function.
+
+    Raises:
+        ValueError: ``num_groups`` is not an integer in ``[1, total]``, or ``group_sizes`` is not ``num_groups``
+            positive integers summing to ``total``.
+    """
+    if not _is_int(num_groups) or not 1 <= num_groups <= total:
+        raise ValueError(f"cannot split {total} modules into {num_groups!r} groups; use an integer in [1, {total}]")
+    if group_sizes is None:
+        return even_group_sizes(total, num_groups)
+    sizes = list(group_sizes)
+    if len(sizes) != num_groups or not all(_is_int(size) and size >= 1 for size in sizes) or sum(sizes) != total:
+        raise ValueError(f"group_sizes {sizes} must be {num_groups} positive integers summing to {total}")
+    return sizes
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def plan(
     model: nn.Module,
     container: str,
@@ -162,11 +184,10 @@ def plan(
         )
     whole = resolve(model, f"{container}[:]")
     total = len(whole.keys)
-    if group_sizes is None:
-        group_sizes = even_group_sizes(total, num_groups)
-    sizes = list(group_sizes)
-    if any(not isinstance(size, int) or size < 1 for size in sizes) or sum(sizes) != total:
-        raise ValueError(f"group_sizes {sizes} must be positive integers summing to len({container}) = {total}")
+    if group_sizes is not None and (isinstance(group_sizes, (str, bytes)) or not isinstance(group_sizes, Sequence)):
+        raise ValueError(f"group_sizes must be a sequence of integers, got {group_sizes!r}")
+    count = num_groups if group_sizes is None else len(group_sizes)
+    sizes = group_sizes_for(total, count, group_sizes)
     specs, start = [], 0
     for size in sizes:
         specs.append(ModuleSpec(f"{container}[{start}:{start + size}]", successor, in_proj, out_proj))

@@ -1,6 +1,8 @@
 """The `theseus` command.
 
     theseus recipes [PATTERN]
+    theseus assets
+    theseus fetch ASSET [ASSET ...]
     theseus compress --recipe NAME [--out DIR] [--config FILE.json] [--seed N] [--steps-to-one N] [--resume]
                      [--predecessor-from RUN_DIR]
     theseus sweep --recipe NAME (--grid FIELD=V1,V2,... ... | --paper-grid) [--out DIR] [same flags]
@@ -13,23 +15,12 @@ before any training. Ctrl-C keeps the last checkpoint: ``--resume`` continues.
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from pathlib import Path
 
-from .recipe import Recipe, get_recipe, list_recipes, load_overrides
-
-FAMILY_MODULES = (
-    "theseus_zoo.toy",
-    "theseus_zoo.text",
-    "theseus_zoo.graphs",
-    "theseus_zoo.images",
-)  # register on import
-
-
-def _load_catalogue() -> None:
-    for module in FAMILY_MODULES:
-        importlib.import_module(module)
+from .data.assets import ASSETS
+from .data.assets import fetch as fetch_asset
+from .recipes import Recipe, get_recipe, list_recipes, load_overrides
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,6 +28,9 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     recipes = commands.add_parser("recipes", help="list the recipes")
     recipes.add_argument("pattern", nargs="?", default="*", help="glob on recipe names (default: all)")
+    commands.add_parser("assets", help="list the offline assets (real models and data)")
+    fetch = commands.add_parser("fetch", help="download, verify (sha256) and cache offline assets")
+    fetch.add_argument("names", nargs="+", metavar="ASSET", help="names from `theseus assets`")
     compress = commands.add_parser("compress", help="run a recipe: predecessor, compression, baselines, report")
     sweep = commands.add_parser("sweep", help="run a recipe over a grid of its fields; the best on dev wins")
     analyze = commands.add_parser("analyze", help="the paper's analyses: module sensitivity, schedules, budget")
@@ -72,7 +66,6 @@ def _recipe(args: argparse.Namespace) -> Recipe:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    _load_catalogue()
     try:
         if args.command == "recipes":
             recipes = list_recipes(args.pattern)
@@ -80,9 +73,17 @@ def main(argv: list[str] | None = None) -> int:
             for recipe in recipes:
                 print(f"{recipe.name:<{width}}  {recipe.family:<6}  {recipe.description}")
             return 0
+        if args.command == "assets":
+            for asset in ASSETS.values():
+                print(f"{asset.name:<18}  {asset.description}")
+            return 0
+        if args.command == "fetch":
+            for name in args.names:
+                print(f"{name}: {fetch_asset(name)}")
+            return 0
         recipe = _recipe(args)
         if args.command == "sweep":
-            from .sweep import PAPER_GRID, markdown, parse_grid, sweep
+            from .training.sweep import PAPER_GRID, markdown, parse_grid, sweep
 
             grid = {**(PAPER_GRID if args.paper_grid else {}), **parse_grid(args.grid)}
             if not grid:
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"every point's run, sweep.json and sweep.md are in {out}")
             return 0
         if args.command == "analyze":
-            from . import analyze
+            from .training import analyze
 
             out = args.out or Path("runs") / f"{recipe.name}-{args.analysis}"
             if not args.resume and out.exists() and any(out.iterdir()):
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             print((out / f"{args.analysis}.md").read_text())
             print(f"the runs, {args.analysis}.json and {args.analysis}.png are in {out}")
             return 0
-        from .trainer import Run  # heavy imports (accelerate) only for a run
+        from .training.trainer import Run  # heavy imports (accelerate) only for a run
 
         out = args.out or Path("runs") / recipe.name
         run = Run(

@@ -4,7 +4,7 @@ import torch
 from torch import nn
 
 from benchmarks.harness import markdown_table, training_memory
-from theseus_zoo.timing import interleaved_seconds, median_ratio
+from theseus_zoo.training.timing import interleaved_seconds, median_ratio
 
 
 def test_training_memory_counts_weights_saved_activations_gradients_and_optimizer_state():

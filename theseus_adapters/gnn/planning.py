@@ -11,7 +11,7 @@ from torch import nn
 from torch_geometric.nn import Sequential as PygSequential
 from torch_geometric.nn.models.basic_gnn import BasicGNN
 
-from theseus_core import ModuleSpec, Plan, even_group_sizes
+from theseus_core import ModuleSpec, Plan, group_sizes_for
 from theseus_core.spec import Projection
 
 from .convert import _convert_back, _Record
@@ -173,11 +173,7 @@ def plan(
         raise ValueError(
             f"num_layers must be an integer with 1 <= num_layers < {total} (the GNN's), got {num_layers!r}"
         )
-    sizes = even_group_sizes(total, num_layers) if group_sizes is None else list(group_sizes)
-    if len(sizes) != num_layers or any(not isinstance(s, int) or s < 1 for s in sizes) or sum(sizes) != total:
-        raise ValueError(
-            f"group_sizes {sizes} must be {num_layers} positive integers (num_layers) summing to {total} layers"
-        )
+    sizes = group_sizes_for(total, num_layers, group_sizes)
     if (in_proj is not None or out_proj is not None) and getattr(gnn, "jk_mode", None) == "max":
         raise ValueError("jk='max' takes every layer's output at the model's width: projections cannot be used")
     specs = []

@@ -1,0 +1,219 @@
+"""The bert family through `theseus compress`: a tiny random BERT and tokenizer written to disk, GLUE TSVs."""
+
+import json
+import random
+
+import pytest
+import torch
+from transformers import (
+    AutoModelForSequenceClassification,
+    BertConfig,
+    BertForSequenceClassification,
+    BertTokenizerFast,
+)
+
+from theseus_zoo import cli
+from theseus_zoo.recipes import text as text_recipes
+from theseus_zoo.tasks import text
+
+WORDS = ["good", "great", "fine", "bad", "awful", "dull", "film", "plot", "actor", "story", "a", "the", "is", "was"]
+POSITIVE, NEGATIVE = WORDS[:3], WORDS[3:6]
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    """A 4-layer random BERT with its WordPiece tokenizer in a folder, as `from_pretrained` reads it."""
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    vocab = folder / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]) + "\n")
+    BertTokenizerFast(vocab_file=str(vocab)).save_pretrained(folder)
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=len(WORDS) + 5, hidden_size=32, num_hidden_layers=4, num_attention_heads=4, intermediate_size=48
+    )
+    BertForSequenceClassification(config).save_pretrained(folder)
+    return folder
+
+
+def sentences(count: int, seed: int) -> list[tuple[str, int]]:
+    """Sentences whose label is the sentiment word in them."""
+    generator = random.Random(seed)
+    rows = []
+    for _ in range(count):
+        label = generator.randrange(2)
+        words = [generator.choice(WORDS[6:]) for _ in range(generator.randrange(2, 9))]
+        words.insert(generator.randrange(len(words)), generator.choice(POSITIVE if label else NEGATIVE))
+        rows.append((" ".join(words), label))
+    return rows
+
+
+def write_glue(root, task: str):
+    """Train and dev TSVs of SST-2, STS-B or MNLI (two dev splits) in the GLUE distribution's layout."""
+    train, dev = sentences(64, 0), sentences(24, 1)
+    if task == "sst2":
+        folder, files = root / "SST-2", {"train.tsv": train, "dev.tsv": dev}
+        for name, rows in files.items():
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_text("sentence\tlabel\n" + "".join(f"{s}\t{y}\n" for s, y in rows))
+    elif task == "stsb":
+        folder = root / "STS-B"
+        folder.mkdir(parents=True)
+        header = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
+        for name, rows in {"train.tsv": train, "dev.tsv": dev}.items():
+            lines = [
+                f"{i}\tx\tx\t2012\t{i}\tnone\tnone\t{s}\tthe film\t{5.0 * y:.3f}\n" for i, (s, y) in enumerate(rows)
+            ]
+            (folder / name).write_text(header + "".join(lines))
+    else:
+        folder = root / "MNLI"
+        folder.mkdir(parents=True)
+        header = "index\tpromptID\tpairID\tgenre\ts1_bp\ts2_bp\ts1_p\ts2_p\tsentence1\tsentence2\tgold_label\n"
+        labels = ("entailment", "neutral", "contradiction")
+        for name, rows in {"train.tsv": train, "dev_matched.tsv": dev, "dev_mismatched.tsv": dev[:10]}.items():
+            lines = [
+                f"{i}\t1\t1e\tg\tx\ty\tX\tY\t{s}\tthe plot\t{labels[y + (i % 2)]}\n" for i, (s, y) in enumerate(rows)
+            ]
+            (folder / name).write_text(header + "".join(lines))
+    return root
+
+
+def compress(tmp_path, options, *, baselines=("truncated", "scratch", "kd"), out="run"):
+    config = {
+        "options": options,
+        "predecessor": {"steps": 12, "eval_every": 6, "batch_size": 16, "lr": 1e-3},
+        "replacing": {"steps": 12, "eval_every": 6, "batch_size": 16, "lr": 1e-3},
+        "steps_to_one": 6,
+        "baselines": list(baselines),
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    args = ["compress", "--recipe", "minilm-rotten-tomatoes", "--config", str(path), "--out", str(tmp_path / out)]
+    return cli.main([*args, "--no-progress"])
+
+
+@pytest.mark.parametrize("task", ["sst2", "stsb", "mnli"])
+def test_compress_on_glue_exports_a_plain_transformers_model_that_scores_as_reported(tiny_model, tmp_path, task):
+    options = {"model": str(tiny_model), "dataset": f"glue/{task}", "data_dir": str(write_glue(tmp_path, task))}
+    options["num_layers"] = 2
+    assert compress(tmp_path, options) == 0
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["metric"] == "score"
+    baselines = {"baseline:truncated", "baseline:scratch", "baseline:kd"}
+    assert set(report["models"]) == {"predecessor", "theseus", *baselines}
+    exported = AutoModelForSequenceClassification.from_pretrained(tmp_path / "run" / "model")
+    assert exported.config.num_hidden_layers == 2 and len(exported.bert.encoder.layer) == 2
+    task_object = text.TextClassificationTask(options, 0)
+    assert task_object.evaluate(exported, "test") == report["models"]["theseus"]["test"]
+    if task == "mnli":  # the paper's MNLI number: mean of matched and mismatched accuracy
+        scores = report["models"]["theseus"]["test"]
+        matched, mismatched = scores["validation_matched/accuracy"], scores["validation_mismatched/accuracy"]
+        assert scores["score"] == pytest.approx((matched + mismatched) / 2)
+
+
+def test_dynamic_padding_pads_to_the_longest_example_of_the_batch(tiny_model, tmp_path):
+    options = {"model": str(tiny_model), "dataset": "glue/sst2", "data_dir": str(write_glue(tmp_path, "sst2"))}
+    task = text.TextClassificationTask(options, 0)
+    examples = task.dataset("train")[:5]
+    batch = task.collate(examples)
+    assert batch["input_ids"].shape == (5, max(len(e["input_ids"]) for e in examples))
+    assert batch["attention_mask"].sum(1).tolist() == [len(e["input_ids"]) for e in examples]
+    assert batch["labels"].tolist() == [e["labels"] for e in examples]
+
+
+def test_the_truncated_baseline_is_the_bottom_layers_of_the_predecessor(tiny_model, tmp_path):
+    options = {"model": str(tiny_model), "dataset": "glue/sst2", "data_dir": str(write_glue(tmp_path, "sst2"))}
+    task = text.TextClassificationTask({**options, "num_layers": 2}, 0)
+    predecessor = task.build_predecessor()
+    truncated = task.truncated(predecessor)
+    assert truncated.config.num_hidden_layers == 2 and predecessor.config.num_hidden_layers == 4
+    for index in range(2):
+        for (name, mine), theirs in zip(
+            truncated.bert.encoder.layer[index].state_dict().items(),
+            predecessor.bert.encoder.layer[index].state_dict().values(),
+            strict=True,
+        ):
+            assert torch.equal(mine, theirs), name
+    assert task.scratch().config.num_hidden_layers == 2
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"num_layers": 4}, "num_layers must be an integer in [1, 4)"),
+        ({"dataset": "imdb"}, "unknown dataset 'imdb'"),
+        ({"dataset": "glue/wnli"}, "unknown GLUE task 'wnli'"),
+        ({"colour": 1}, "unknown bert options ['colour']"),
+    ],
+)
+def test_bad_options_end_in_one_line_before_training(tiny_model, tmp_path, capsys, options, message):
+    assert compress(tmp_path, {"model": str(tiny_model), **options}) == 2
+    error = capsys.readouterr().err
+    assert message in error and error.count("\n") == 1 and not (tmp_path / "run" / "checkpoint.pt").exists()
+
+
+def test_a_missing_asset_names_the_command_that_fetches_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("THESEUS_CACHE", str(tmp_path / "empty"))
+    assert compress(tmp_path, {}) == 2
+    assert "theseus fetch all-minilm-l6-v2" in capsys.readouterr().err
+
+
+def test_the_paper_glue_recipes_use_its_setup():
+    from theseus_zoo.recipes import get_recipe
+
+    for task, size in text_recipes.GLUE_TRAIN_SIZES.items():
+        recipe = get_recipe(f"bert-base-glue-{task}")
+        assert recipe.options == {"model": "bert-base-uncased", "dataset": f"glue/{task}", "num_layers": 6}
+        assert (recipe.predecessor.lr, recipe.predecessor.batch_size) == (2e-5, 32)
+        assert recipe.predecessor.steps * 32 >= 4 * size > (recipe.predecessor.steps - 1) * 32  # four epochs
+        assert recipe.replacing.lr == 2e-5 and recipe.schedule_base == 0.3 and recipe.patience is not None
+    assert text.TextClassificationTask({"dataset": "glue/qnli"}, 0).max_length == 256
+
+
+def test_a_model_that_cannot_be_loaded_ends_in_one_line(tmp_path, capsys):
+    assert compress(tmp_path, {"model": str(tmp_path / "no-such-model")}) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("theseus: error: cannot load the model") and "local folder" in error
+
+
+def test_intermediate_task_transfer_fine_tunes_an_exported_successor_on_another_task(tiny_model, tmp_path):
+    sst2 = {"model": str(tiny_model), "dataset": "glue/sst2", "data_dir": str(write_glue(tmp_path / "a", "sst2"))}
+    assert compress(tmp_path, {**sst2, "num_layers": 2}, baselines=(), out="first") == 0
+    stsb = {"model": str(tmp_path / "first" / "model"), "dataset": "glue/stsb", "num_layers": 1}
+    assert compress(tmp_path, {**stsb, "data_dir": str(write_glue(tmp_path / "b", "stsb"))}, baselines=()) == 0
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    transferred = report["models"]["predecessor"]
+    assert {"validation/pearson", "validation/spearman"} <= set(transferred["test"])  # scored as STS-B
+    first = json.loads((tmp_path / "first" / "report.json").read_text())
+    assert transferred["parameters"] == first["models"]["theseus"]["parameters"] - 33  # head: 2 x (32 + 1) -> 32 + 1
+
+
+def test_compress_on_the_users_own_csv_and_jsonl(tiny_model, tmp_path):
+    import csv
+
+    rows = sentences(90, 2)
+    with open(tmp_path / "reviews.csv", "w", newline="") as stream:
+        writer = csv.writer(stream)
+        writer.writerow(["review", "verdict"])
+        writer.writerows((sentence, ["bad", "good"][label]) for sentence, label in rows)
+    options = {"model": str(tiny_model), "dataset": str(tmp_path / "reviews.csv"), "num_layers": 2}
+    options |= {"text_column": "review", "label_column": "verdict"}
+    assert compress(tmp_path, options, baselines=("truncated",)) == 0
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["metric"] == "accuracy" and len(report["models"]["theseus"]["test_predictions"]) == 9
+    exported = AutoModelForSequenceClassification.from_pretrained(tmp_path / "run" / "model")
+    assert exported.config.num_labels == 2
+    graded = tmp_path / "graded.jsonl"  # floats: a regression, scored like STS-B
+    graded.write_text(
+        "".join(json.dumps({"text": s, "label": y + 0.25 * (i % 3)}) + "\n" for i, (s, y) in enumerate(rows))
+    )
+    assert compress(tmp_path, {"model": str(tiny_model), "dataset": str(graded)}, baselines=(), out="graded") == 0
+    report = json.loads((tmp_path / "graded" / "report.json").read_text())
+    assert report["metric"] == "score" and {"pearson", "spearman"} <= set(report["models"]["theseus"]["test"])
+
+
+def test_a_bad_data_file_ends_in_one_line_naming_the_file_and_row(tiny_model, tmp_path, capsys):
+    (tmp_path / "reviews.csv").write_text("text,label\nfine film,1\n,0\n")
+    assert compress(tmp_path, {"model": str(tiny_model), "dataset": str(tmp_path / "reviews.csv")}) == 2
+    error = capsys.readouterr().err
+    assert "reviews.csv, row 3" in error and error.count("\n") == 1
+    assert not (tmp_path / "run" / "checkpoint.pt").exists()

@@ -1,0 +1,286 @@
+"""Recipes: everything a compression run needs, as typed, validated, named configs.
+
+A recipe names a model family (which `Task` builds the model, data and plan),
+that family's options, the training phases and the schedule. `theseus recipes`
+lists the registered ones; `theseus compress --recipe NAME` runs one, with
+fields overridden from a JSON file (``--config``) or flags.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import importlib
+import importlib.metadata
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BASELINES = ("truncated", "scratch", "kd")
+"""Baselines the trainer knows: ``truncated`` fine-tunes the successor-sized model initialised like the
+successors (the predecessor's layers the plan's ``init`` names: the bottom ones for the paper's ``"first"``, each
+group's last for ``"group_last"``); ``scratch`` trains the small architecture from a random
+initialisation; ``kd`` is vanilla knowledge distillation into the ``truncated`` initialisation
+(Hinton et al.: task loss plus soft cross-entropy to the frozen predecessor's logits)."""
+
+
+LR_SCHEDULES = ("linear", "constant")
+SCHEDULES = ("curriculum", "constant", "anti_curriculum")
+UNFREEZE = ("head", "all")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One training phase, set up as the reference ``run_glue.py`` of BERT-of-Theseus does.
+
+    Args:
+        steps: Optimizer steps.
+        lr: Peak AdamW learning rate.
+        batch_size: Examples per step.
+        eval_every: Evaluate on the dev set (and checkpoint) every this many steps, and at the end.
+        lr_schedule: ``"linear"`` (the reference: after the warm-up, decay linearly to 0 at ``steps``) or
+            ``"constant"``. (default: ``"linear"``)
+        warmup_steps: Steps of linear warm-up from 0 to ``lr``. (default: ``0``; in the replacing phase the
+            curriculum itself acts as a warm-up, BERT-of-Theseus §3.2)
+        weight_decay: AdamW weight decay, applied to weights only: biases and normalization weights get none, as in
+            the reference code. (default: ``0.01``)
+        max_grad_norm: Clip the gradient norm of the trained parameters to this (``None``: no clipping).
+            (default: ``1.0``, the reference code's)
+    """
+
+    steps: int
+    lr: float
+    batch_size: int = 32
+    eval_every: int = 100
+    lr_schedule: str = "linear"
+    warmup_steps: int = 0
+    weight_decay: float = 0.01
+    max_grad_norm: float | None = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "eval_every"):
+            value = getattr(self, name)
+            if not _is_int(value) or value < 1:
+                raise ValueError(f"Phase.{name} must be an integer >= 1, got {value!r}")
+        if not (_is_number(self.lr) and self.lr > 0):
+            raise ValueError(f"Phase.lr must be a finite number > 0, got {self.lr!r}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"Phase.lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
+        if not _is_int(self.warmup_steps) or not 0 <= self.warmup_steps <= self.steps:
+            raise ValueError(
+                f"Phase.warmup_steps must be an integer in [0, steps={self.steps}], got {self.warmup_steps!r}"
+            )
+        if not (_is_number(self.weight_decay) and self.weight_decay >= 0):
+            raise ValueError(f"Phase.weight_decay must be a finite number >= 0, got {self.weight_decay!r}")
+        if self.max_grad_norm is not None and not (_is_number(self.max_grad_norm) and self.max_grad_norm > 0):
+            raise ValueError(f"Phase.max_grad_norm must be None or a finite number > 0, got {self.max_grad_norm!r}")
+
+    def lr_at(self, step: int) -> float:
+        """The learning rate of optimizer step ``step`` (0-based): a pure function of the step, so a resumed run
+        needs nothing but its step back. The same values as ``transformers.get_linear_schedule_with_warmup`` (and
+        its constant twin) give the reference code's optimizer steps: step 0 of a warm-up has lr 0, and the last
+        step of a linear decay has ``lr / (steps - warmup_steps)``."""
+        if step < self.warmup_steps:
+            return self.lr * step / self.warmup_steps
+        if self.lr_schedule == "constant":
+            return self.lr
+        return self.lr * max(0.0, self.steps - step) / max(1, self.steps - self.warmup_steps)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A named compression recipe.
+
+    Args:
+        name: How `theseus compress --recipe` finds it.
+        family: The `Task` family that builds model, data and plan (``"toy"``, ...).
+        description: One line for `theseus recipes`.
+        options: The family's own options (model size, dataset, number of layers, ...).
+        predecessor: How to fine-tune the predecessor; ``None`` when the family
+            supplies one already fine-tuned.
+        replacing: The compression phase: the curriculum runs until p reaches 1 at
+            ``steps_to_one``, the remaining steps fine-tune the successors.
+        schedule_base: The basic replacing rate b at step 0.
+        steps_to_one: The step at which p = min(1, k·t + b) reaches 1 (sets k).
+        schedule: How p moves before ``steps_to_one``: ``"curriculum"`` (the paper's p = min(1, k·t + b)),
+            ``"constant"`` (p = b) or ``"anti_curriculum"`` (p = 1 − min(1, k·t + b)), the two baselines of the
+            paper's Table 6. From ``steps_to_one`` on, p = 1 for each (successor fine-tuning).
+        theseus: Train the Theseus compression at all; ``False`` trains only the predecessor and the baselines
+            (a headroom scan: how much does truncation cost?).
+        patience: Stop the replacing phase after this many evaluations at p = 1
+            without a better dev metric (``None``: never). The best dev state is kept.
+        baselines: Baselines trained in the same harness and budget as ``replacing`` (see `BASELINES`).
+        kd_alpha: Weight of the task loss in the ``kd`` baseline; the soft loss gets ``1 - kd_alpha``.
+        kd_temperature: Softmax temperature of the ``kd`` baseline (the soft loss is scaled by its square).
+        seed: Seeds data order, routes and initialisation.
+
+    Extensions of the replacing phase, each a departure from the paper and off by default:
+
+    Args:
+        unfreeze_at_one: Once p = 1, also train ``"head"`` (the family's head: pooler and classifier) or ``"all"``
+            (every parameter outside the groups: embeddings too). The paper keeps them frozen.
+        consistency_weight: λ of λ·MSE(successor(y), group(y)), summed over the groups routed to their successor
+            on a step, with the group's output computed under no-grad on the successor's own input (blockwise
+            distillation, Wang et al. 2018). The paper uses the task loss alone.
+        kd_weight: Adds this weight times the ``kd`` soft loss (temperature ``kd_temperature``) to the frozen
+            predecessor's logits. The paper uses the task loss alone.
+    """
+
+    name: str
+    family: str
+    description: str
+    replacing: Phase
+    steps_to_one: int
+    options: Mapping[str, Any] = field(default_factory=dict)
+    predecessor: Phase | None = None
+    schedule_base: float = 0.3
+    patience: int | None = None
+    baselines: tuple[str, ...] = BASELINES
+    kd_alpha: float = 0.5
+    kd_temperature: float = 2.0
+    seed: int = 0
+    schedule: str = "curriculum"
+    theseus: bool = True
+    unfreeze_at_one: str | None = None
+    consistency_weight: float = 0.0
+    kd_weight: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.options, Mapping):
+            raise ValueError(f"options must be an object of the family's options, got {self.options!r}")
+        if isinstance(self.baselines, (str, bytes)) or not isinstance(self.baselines, (list, tuple)):
+            raise ValueError(f"baselines must be a list of names from {', '.join(BASELINES)}, got {self.baselines!r}")
+        object.__setattr__(self, "options", dict(self.options))
+        object.__setattr__(self, "baselines", tuple(self.baselines))
+        if not _is_number(self.schedule_base) or not 0.0 <= self.schedule_base <= 1.0:
+            raise ValueError(f"schedule_base must be a number in [0, 1], got {self.schedule_base!r}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        if not isinstance(self.theseus, bool):
+            raise ValueError(f"theseus must be true or false, got {self.theseus!r}")
+        if self.unfreeze_at_one is not None and self.unfreeze_at_one not in UNFREEZE:
+            raise ValueError(
+                f"unfreeze_at_one must be null or one of {', '.join(UNFREEZE)}, got {self.unfreeze_at_one!r}"
+            )
+        for name in ("consistency_weight", "kd_weight"):
+            if not _is_number(getattr(self, name)) or getattr(self, name) < 0:
+                raise ValueError(f"{name} must be a finite number >= 0, got {getattr(self, name)!r}")
+        if not self.theseus and not self.baselines:
+            raise ValueError("theseus is false and there are no baselines: nothing to train after the predecessor")
+        if not _is_int(self.seed) or not 0 <= self.seed < 2**31:
+            raise ValueError(f"seed must be an integer in [0, 2**31), got {self.seed!r}")
+        if not _is_int(self.steps_to_one) or not 1 <= self.steps_to_one <= self.replacing.steps:
+            limit = self.replacing.steps
+            raise ValueError(
+                f"steps_to_one must be an integer in [1, replacing.steps={limit}], got {self.steps_to_one}"
+            )
+        if self.patience is not None and (not _is_int(self.patience) or self.patience < 1):
+            raise ValueError(f"patience must be None or an integer >= 1, got {self.patience!r}")
+        if not (_is_number(self.kd_alpha) and 0.0 <= self.kd_alpha <= 1.0) or not (
+            _is_number(self.kd_temperature) and self.kd_temperature > 0
+        ):
+            raise ValueError(
+                f"kd_alpha must be in [0, 1] and kd_temperature > 0, got {self.kd_alpha}, {self.kd_temperature}"
+            )
+        unknown = [name for name in self.baselines if name not in BASELINES]
+        if unknown:
+            raise ValueError(f"unknown baselines {unknown}; available: {', '.join(BASELINES)}")
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> Recipe:
+        """A copy with fields replaced; nested dicts update ``options`` and the phases field by field."""
+        changes: dict[str, Any] = {}
+        for key, value in overrides.items():
+            if key not in {f.name for f in dataclasses.fields(self)}:
+                raise ValueError(
+                    f"unknown recipe field {key!r}; fields: {', '.join(f.name for f in dataclasses.fields(self))}"
+                )
+            current = getattr(self, key)
+            if key == "options":
+                if not isinstance(value, Mapping):
+                    raise ValueError(f"options must be an object of the family's options, got {value!r}")
+                changes[key] = {**current, **value}
+            elif isinstance(current, Phase) or (key == "predecessor" and isinstance(value, Mapping)):
+                if not isinstance(value, Mapping):
+                    raise ValueError(f"{key} must be an object of Phase fields, got {value!r}")
+                known = [f.name for f in dataclasses.fields(Phase)]
+                unknown = sorted(set(value) - set(known))
+                if unknown:
+                    raise ValueError(f"unknown {key} fields {unknown}; Phase fields: {', '.join(known)}")
+                base = dataclasses.asdict(current) if current is not None else {}
+                changes[key] = Phase(**{**base, **value})
+            else:
+                changes[key] = value
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+_RECIPES: dict[str, Recipe] = {}
+
+CATALOGUE = tuple(f"theseus_zoo.recipes.{family}" for family in ("toy", "text", "images", "graphs"))
+"""The built-in recipe modules: data only (they import nothing but this module), so listing every recipe imports
+no model library."""
+
+ENTRY_POINT_GROUP = "theseus_zoo.recipes"
+"""Other packages add recipes by naming a module in this entry-point group; importing it registers them."""
+
+_discovered = False
+
+
+def _discover() -> None:
+    """Imports the built-in catalogue and every entry point's module, once."""
+    global _discovered
+    if _discovered:
+        return
+    _discovered = True
+    for module in CATALOGUE:
+        importlib.import_module(module)
+    for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        entry_point.load()
+
+
+def register_recipe(recipe: Recipe) -> Recipe:
+    """Adds a recipe to the catalogue; a name used twice raises `KeyError`."""
+    if recipe.name in _RECIPES:
+        raise KeyError(f"a recipe named {recipe.name!r} is already registered")
+    _RECIPES[recipe.name] = recipe
+    return recipe
+
+
+def get_recipe(name: str) -> Recipe:
+    """The recipe named ``name``, from the built-in catalogue, entry points and `register_recipe`."""
+    _discover()
+    if name not in _RECIPES:
+        raise ValueError(f"unknown recipe {name!r}; `theseus recipes` lists them: {', '.join(sorted(_RECIPES))}")
+    return _RECIPES[name]
+
+
+def list_recipes(pattern: str = "*") -> list[Recipe]:
+    """The recipes whose name matches the glob ``pattern``, sorted by name."""
+    _discover()
+    return [_RECIPES[name] for name in sorted(_RECIPES) if fnmatch.fnmatchcase(name, pattern)]
+
+
+def load_overrides(path: Path) -> dict[str, Any]:
+    """Reads a JSON config file of recipe fields to override."""
+    try:
+        overrides = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ValueError(f"config file {path} does not exist") from None
+    except json.JSONDecodeError as error:
+        raise ValueError(f"config file {path} is not valid JSON: {error}") from None
+    if not isinstance(overrides, dict):
+        raise ValueError(f"config file {path} must hold a JSON object of recipe fields")
+    return overrides

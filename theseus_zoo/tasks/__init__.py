@@ -1,0 +1,132 @@
+"""The `Task` protocol: what a model family gives the trainer, and the family registry.
+
+A family (toy, BERT, ResNet, GNN) knows how to build its predecessor, load its
+data, batch it, compute the loss and the metrics, make the plan and the
+baselines, and export. The trainer knows nothing else about models.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+import theseus_core as th
+
+
+class Task(Protocol):
+    """One family's side of a compression run. ``metric`` names the dev/test metric (higher is better)."""
+
+    metric: str
+
+    def check(self) -> None:
+        """Raises `ValueError` with what to do when the options or assets are wrong, before any training."""
+
+    def build_predecessor(self) -> nn.Module: ...
+
+    def dataset(self, split: str) -> Sequence[Any]:
+        """Examples of ``"train"``, ``"dev"`` or ``"test"``."""
+
+    def collate(self, examples: list[Any]) -> Any:
+        """A batch from examples (tensors on the CPU; the trainer moves them)."""
+
+    def logits(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        """The model's outputs on a training batch as ``(examples, classes)`` logits (``(examples, 1)`` for
+        regression): what the loss scores and the ``kd`` baseline distils."""
+
+    def criterion(self, logits: torch.Tensor, batch: Any) -> torch.Tensor:
+        """The task loss of ``logits`` (from `logits`) against the batch's labels: one forward serves the task loss
+        and any distillation term."""
+
+    def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
+        """Metrics of ``model`` (in eval mode) on a split; includes ``self.metric``."""
+
+    # Optional: a task with `scores_examples = True` also gives
+    #   predictions(model, split) -> 1-d tensor (class ids, or regression values), and
+    #   labels(split) -> 1-d float tensor of the split's labels, in the same order,
+    #   score(predictions, split, chosen=None) -> metrics of those predictions (of the examples ``chosen``, a tensor
+    #   of indices with repeats, when given),
+    # so that reports carry bootstrap standard errors and paired comparisons; and
+    #   is_head(parameter_name) -> bool, for ``unfreeze_at_one="head"``;
+    #   replace_options -> dict of `theseus_core.replace_` keyword arguments for the replacing phase;
+    #   example_inputs() -> (args, kwargs) that `replace_` runs the model on to verify the surgery;
+    #   compression_options -> names of the options that shape only the successor (`--predecessor-from` ignores
+    #   them).
+
+    def plan(self, model: nn.Module) -> th.Plan: ...
+
+    def truncated(self, predecessor: nn.Module) -> nn.Module:
+        """The baseline of the successor's size, initialised from the predecessor's layers the successors start from
+        (the plan's ``init``: the bottom layers for the paper's ``"first"``, each group's last for ``"group_last"``)."""
+
+    def scratch(self) -> nn.Module:
+        """The successor's architecture, randomly initialised (the ``scratch`` baseline)."""
+
+    def latency_batch(self) -> Any:
+        """A batch for timing inference."""
+
+    def forward(self, model: nn.Module, batch: Any) -> Any: ...
+
+    def export(self, model: nn.Module, directory: Path) -> list[Path]:
+        """Writes the compact model in the family's ordinary format; returns the files written."""
+
+
+_FAMILIES: dict[str, Callable[[dict[str, Any], int], Task]] = {}
+
+BUILT_IN_FAMILIES = {
+    "toy": "theseus_zoo.tasks.toy:ToyTask",
+    "bert": "theseus_zoo.tasks.text:TextClassificationTask",
+    "resnet": "theseus_zoo.tasks.images:ResNetTask",
+    "gnn": "theseus_zoo.tasks.graphs:GraphTask",
+}
+"""Family name -> ``module:builder``, imported when a run first needs the family (each imports its model library)."""
+
+ENTRY_POINT_GROUP = "theseus_zoo.families"
+"""Other packages add families as entry points in this group: ``name = "package.module:builder"``."""
+
+
+def register_family(
+    name: str,
+) -> Callable[[Callable[[dict[str, Any], int], Task]], Callable[[dict[str, Any], int], Task]]:
+    """Registers ``builder(options, seed) -> Task`` under ``name``; a name already registered or built in raises
+    `KeyError`."""
+
+    def decorator(builder):
+        if name in _FAMILIES or name in BUILT_IN_FAMILIES:
+            raise KeyError(f"a model family named {name!r} is already registered")
+        _FAMILIES[name] = builder
+        return builder
+
+    return decorator
+
+
+def family_names() -> list[str]:
+    """Every family a recipe may name: built in, registered, and from entry points."""
+    entry_points = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    return sorted({*BUILT_IN_FAMILIES, *_FAMILIES, *(entry_point.name for entry_point in entry_points)})
+
+
+def family_builder(family: str) -> Callable[[dict[str, Any], int], Task]:
+    """The builder of ``family``; imports its module the first time. Raises `ValueError` for an unknown name."""
+    if family in _FAMILIES:
+        return _FAMILIES[family]
+    if family in BUILT_IN_FAMILIES:
+        module, _, attribute = BUILT_IN_FAMILIES[family].partition(":")
+        builder = getattr(importlib.import_module(module), attribute)
+    else:
+        entry_points = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP, name=family)
+        if not entry_points:
+            raise ValueError(f"unknown model family {family!r}; known: {', '.join(family_names())}")
+        builder = next(iter(entry_points)).load()
+    _FAMILIES[family] = builder
+    return builder
+
+
+def build_task(family: str, options: dict[str, Any], seed: int) -> Task:
+    """The family's `Task` for a recipe's options and seed."""
+    return family_builder(family)(dict(options), seed)

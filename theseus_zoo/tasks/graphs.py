@@ -1,0 +1,250 @@
+"""The GNN family: node classification on one whole graph with PyTorch Geometric's ``BasicGNN`` models.
+
+Family ``"gnn"``. The predecessor, a deep GCN or GraphSAGE (6 layers), is fine-tuned on the graph, then
+`theseus_adapters.gnn` compresses it to a few layers (2), each successor layer starting as a copy of its group's
+first layer (the group that ends the model copies the last layer, which maps to the classes). The exported
+model is an ordinary ``torch_geometric.nn`` model::
+
+    theseus fetch polblogs
+    theseus compress --recipe gcn-polblogs --out runs/gcn-polblogs
+
+Datasets (none has node features of its own: `node_features` builds them with PyG transforms):
+
+- ``"polblogs"``: political blogs and their hyperlinks, leaning liberal or conservative (Adamic and Glance
+  2005), read from graph-tool's binary ``gt`` file by `read_gt` (1,490 blogs, 19,090 links); the task takes
+  the largest connected component (1,222 blogs), as Nettack and Pro-GNN do. Asset ``polblogs``.
+- ``"drosophila"``: the mushroom body connectome of the Drosophila larva (Eichler et al. 2017), both
+  hemispheres as one graph of two components (209 + 213 neurons; an edge per connected pair), cell types
+  I, K, O, P (input, Kenyon, output and projection neurons). Asset ``drosophila``.
+- ``"karate"``: Zachary's karate club as ``torch_geometric.datasets.KarateClub`` ships it (34 members,
+  4 communities); built in.
+
+Learning is transductive and full-graph: the examples of a split are its node ids, a batch is the whole graph
+plus the ids whose cross-entropy counts, and evaluation runs the graph once and scores the split's nodes.
+Message passing uses the undirected graph without self-loops; features may use the edges' direction. Splits are
+stratified by class and drawn from a fixed seed (`DATA_SEED`), not the run's: every seed of a recipe sees the
+same split, so seeds vary training only.
+
+Options (``dataset`` is required):
+
+- ``dataset``: one of `DATASETS`.
+- ``model``: ``"gcn"``, ``"sage"``, ``"gin"`` or ``"gat"`` (`MODELS`: PyG's GCN, GraphSAGE, GIN, GAT).
+  (default: ``"gcn"``)
+- ``predecessor_layers``: layers of the predecessor. (default: ``6``)
+- ``num_layers``: layers of the compressed model, ``1 <= num_layers < predecessor_layers``. (default: ``2``)
+- ``group_sizes``: predecessor layers per successor layer, e.g. ``[4, 2]``. (default: as even as possible)
+- ``hidden``, ``dropout``, ``norm``, ``jk``: the model's ``hidden_channels``, ``dropout``, ``norm`` and ``jk``
+  (``None``, ``"last"`` or ``"max"``: the adapter cannot shrink ``"cat"`` or ``"lstm"``).
+  (default: ``64``, ``0.5``, ``"batch_norm"``, ``None``)
+- ``features``: names from `FEATURES`, concatenated. (default: ``["degree", "random_walk"]``)
+- ``walk_length``: steps of the ``random_walk`` feature. (default: ``16``)
+- ``split``: ``[train, dev]`` fractions of each class; the rest is test. (default: the dataset's)
+- ``distill_on``: the nodes whose logits distillation matches (the ``kd`` baseline, ``kd_weight``): ``"labelled"``
+  (the training nodes, as the task loss) or ``"all"`` (every node of the graph: the teacher's soft labels reach
+  the unlabelled nodes too). (default: ``"labelled"``)
+- ``predecessor_eval``: keep the frozen predecessor groups in eval mode while replacing (no dropout in them,
+  `theseus_core.replace_`'s ``predecessor_eval``). (default: ``False``)
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import theseus_core as th
+
+from .. import metrics
+from ..data.assets import MissingAssetError
+from ..data.graphs import DATASETS, FEATURES, NodeGraph, build_graph
+from .options import parse_options
+
+MODELS = {"gcn": "GCN", "sage": "GraphSAGE", "gin": "GIN", "gat": "GAT"}
+"""``model`` option -> class in ``torch_geometric.nn``."""
+
+GraphBatch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+"""``(x, edge_index, nodes, labels)``: the whole graph and the nodes whose loss counts, with their labels."""
+
+
+@dataclass(frozen=True)
+class GraphOptions:
+    """The gnn family's options (the module docstring says what each means)."""
+
+    dataset: str | None = None
+    model: Literal["gcn", "sage", "gin", "gat"] = "gcn"
+    predecessor_layers: int = field(default=6, metadata={"min": 2})
+    num_layers: int = field(default=2, metadata={"min": 1})
+    group_sizes: tuple[int, ...] | None = None
+    hidden: int = field(default=64, metadata={"min": 1})
+    dropout: float = field(default=0.5, metadata={"min": 0, "max": 1})
+    norm: str | None = "batch_norm"
+    jk: str | None = None
+    features: tuple[str, ...] = ("degree", "random_walk")
+    walk_length: int = field(default=16, metadata={"min": 1})
+    split: tuple[float, float] | None = None
+    distill_on: Literal["labelled", "all"] = "labelled"
+    predecessor_eval: bool = False
+
+
+class GraphTask:
+    """`Task` for node classification with a PyG ``BasicGNN``; options in `GraphOptions` and the module doc."""
+
+    metric = "accuracy"
+
+    def __init__(self, options: dict[str, Any], seed: int) -> None:
+        parsed = parse_options(GraphOptions, options, "gnn")
+        self.dataset_name, self.model_name = parsed.dataset, parsed.model
+        self.predecessor_layers, self.num_layers, self.group_sizes = (
+            parsed.predecessor_layers,
+            parsed.num_layers,
+            parsed.group_sizes,
+        )
+        self.hidden, self.dropout, self.norm, self.jk = parsed.hidden, parsed.dropout, parsed.norm, parsed.jk
+        self.features, self.walk_length, self.split = parsed.features, parsed.walk_length, parsed.split
+        self.distill_on, self.predecessor_eval = parsed.distill_on, parsed.predecessor_eval
+        self._graph: NodeGraph | None = None
+
+    @property
+    def replace_options(self) -> dict[str, Any]:
+        """Options of `theseus_core.replace_` for the replacing phase."""
+        return {"predecessor_eval": self.predecessor_eval}
+
+    # --------------------------------------------------------------- checks, model and data
+    def check(self) -> None:
+        if not isinstance(self.dataset_name, str) or self.dataset_name not in DATASETS:
+            given = "no dataset" if self.dataset_name is None else f"unknown dataset {self.dataset_name!r}"
+            raise ValueError(f"{given}: set the gnn option dataset to one of {', '.join(DATASETS)}")
+        if not self.num_layers < self.predecessor_layers:
+            raise ValueError(
+                f"num_layers must be an integer in [1, predecessor_layers={self.predecessor_layers}), got "
+                f"{self.num_layers!r}: the compressed model needs fewer layers than the predecessor"
+            )
+        if self.jk not in (None, "last", "max"):
+            raise ValueError(
+                f"jk must be None, 'last' or 'max' (Theseus cannot shrink 'cat' or 'lstm'), got {self.jk!r}"
+            )
+        if not self.features or any(f not in FEATURES for f in self.features):
+            raise ValueError(f"features must be a non-empty list of {', '.join(FEATURES)}; got {self.features!r}")
+        split = self.split if self.split is not None else DATASETS[self.dataset_name].split
+        if not all(f > 0 for f in split) or sum(split) >= 1:
+            raise ValueError(f"split must be [train, dev] fractions > 0 summing to less than 1, got {split!r}")
+        try:
+            self.graph()
+        except MissingAssetError as error:
+            raise ValueError(str(error)) from None
+        try:
+            predecessor = self.build(self.predecessor_layers)
+        except (ValueError, KeyError, TypeError, AssertionError) as error:
+            message = " ".join(str(error).split()) or type(error).__name__
+            raise ValueError(f"cannot build the {MODELS[self.model_name]} from the options: {message}") from None
+        self.plan(predecessor)  # the adapter checks group_sizes and what it can copy, before any training
+
+    def graph(self) -> NodeGraph:
+        """The dataset with its features and split, built once (raises `MissingAssetError` for a missing asset)."""
+        if self._graph is None:
+            dataset = DATASETS[self.dataset_name]
+            split = self.split if self.split is not None else dataset.split
+            self._graph = build_graph(dataset.load(), self.features, self.walk_length, split)
+        return self._graph
+
+    def config(self, num_layers: int) -> dict[str, Any]:
+        """Constructor arguments of the model class (``torch_geometric.nn.<MODELS[model]>``)."""
+        graph = self.graph()
+        return {
+            "in_channels": graph.x.size(1),
+            "hidden_channels": self.hidden,
+            "num_layers": num_layers,
+            "out_channels": len(graph.classes),
+            "dropout": self.dropout,
+            "norm": self.norm,
+            "jk": self.jk,
+        }
+
+    def build(self, num_layers: int) -> nn.Module:
+        import torch_geometric.nn
+
+        return getattr(torch_geometric.nn, MODELS[self.model_name])(**self.config(num_layers))
+
+    def build_predecessor(self) -> nn.Module:
+        return self.build(self.predecessor_layers)
+
+    def dataset(self, split: str) -> list[int]:
+        return self.graph().splits[split].tolist()
+
+    def collate(self, examples: list[int]) -> GraphBatch:
+        graph = self.graph()
+        nodes = torch.tensor(examples, dtype=torch.long)
+        return graph.x, graph.edge_index, nodes, graph.y[nodes]
+
+    # -------------------------------------------------------------------------------- training
+    def logits(self, model: nn.Module, batch: GraphBatch) -> torch.Tensor:
+        """The batch's nodes' logits, or every node's with ``distill_on="all"`` (the criterion picks the batch's)."""
+        x, edge_index, nodes, _ = batch
+        logits = model(x, edge_index)
+        return logits if self.distill_on == "all" else logits[nodes]
+
+    def criterion(self, logits: torch.Tensor, batch: GraphBatch) -> torch.Tensor:
+        if self.distill_on == "all":
+            logits = logits[batch[2]]
+        return F.cross_entropy(logits, batch[3])
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
+        """Accuracy and Matthews correlation (the classes can be unbalanced) on the split's nodes."""
+        model.eval()
+        graph = self.graph()
+        device = next(model.parameters()).device
+        logits = model(graph.x.to(device), graph.edge_index.to(device))
+        nodes = graph.splits[split]
+        predictions, labels = logits[nodes.to(device)].argmax(dim=1).cpu(), graph.y[nodes]
+        return {
+            "accuracy": metrics.accuracy(predictions, labels),
+            "mcc": metrics.matthews_correlation(predictions, labels),
+        }
+
+    def plan(self, model: nn.Module) -> th.Plan:
+        """Converts ``model`` to the adapter's stepped form (in place) and plans ``num_layers`` groups."""
+        from theseus_adapters import gnn
+
+        gnn.to_steps_(model)
+        return gnn.plan(model, num_layers=self.num_layers, group_sizes=self.group_sizes)
+
+    def truncated(self, predecessor: nn.Module) -> nn.Module:
+        """The successors as `plan` initialises them, finalized at once: a model of ``num_layers`` layers holding
+        copies of the first layer of each group (of the last layer, for the group that ends the model)."""
+        model = copy.deepcopy(predecessor)
+        return th.replace_(model, self.plan(model)).finalize()
+
+    def scratch(self) -> nn.Module:
+        return self.build(self.num_layers)
+
+    def latency_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        graph = self.graph()
+        return graph.x, graph.edge_index
+
+    def forward(self, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        return model(batch[0], batch[1])
+
+    def example_inputs(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """What `replace_` runs the model on to verify the surgery: ``model(*args, **kwargs)``."""
+        return tuple(self.latency_batch()), {}
+
+    def export(self, model: nn.Module, directory: Path) -> list[Path]:
+        """``model.pt`` (a state_dict) and ``config.json``: ``torch_geometric.nn.<MODELS[model]>(**config)`` loads it
+        with ``strict=True`` (``GCN`` for ``"gcn"``, ``GraphSAGE`` for ``"sage"``, ...)."""
+        import torch_geometric.nn
+
+        expected = getattr(torch_geometric.nn, MODELS[self.model_name])
+        if type(model) is not expected:
+            raise ValueError(f"the compressed model is a {type(model).__name__}, not a {expected.__name__}")
+        directory.mkdir(parents=True, exist_ok=True)
+        weights, config = directory / "model.pt", directory / "config.json"
+        torch.save(model.state_dict(), weights)
+        config.write_text(json.dumps(self.config(model.num_layers), indent=2) + "\n")
+        return [weights, config]

@@ -1,0 +1,361 @@
+"""The BERT family: sequence classification and regression with Hugging Face encoders.
+
+Family ``"bert"``. Its options (all optional):
+
+- ``model``: an asset name (``"all-minilm-l6-v2"``), a local folder, or a hub id for
+  ``from_pretrained``; a classification head of the dataset's size is put on top.
+  (default: ``"all-minilm-l6-v2"``)
+- ``dataset``: ``"rotten-tomatoes"`` (the asset; ``labels``: ``"binary"``, ``"five"`` valence
+  quintiles or ``"regression"`` on the valence, `theseus_zoo.data.rotten_tomatoes`), ``"bbc-news"``
+  (five topics, `theseus_zoo.data.bbc_news`), ``"glue/<task>"`` (``"glue/sst2"``, ``"glue/mnli"``, ...;
+  ``data_dir``: a local GLUE copy, default the hub), or the path of the user's own data: a
+  ``.csv``, ``.tsv`` or ``.jsonl`` file or a `datasets` ``save_to_disk`` folder with the columns
+  ``text_column`` (default ``"text"``), optionally ``text_pair_column``, and ``label_column``
+  (default ``"label"``; integer or string classes, or floats for regression), and optionally
+  ``split`` (`theseus_zoo.data.tables`).
+- ``split_seed``, ``dev_fraction``, ``test_fraction``: the fixed stratified split of the datasets
+  that have none of their own (default: 0, 0.1, 0.1).
+- ``num_layers``, ``init``, ``group_sizes``: as in `theseus_adapters.bert.plan`.
+- ``max_length``: tokens per example (default: the GLUE task's, 128 or 256; 128 for Rotten Tomatoes);
+  batches are padded to their longest example only (dynamic padding).
+- ``eval_batch_size``: examples per evaluation forward (default: 128).
+
+Metrics: accuracy for classes; ``score``, the mean of Pearson and Spearman as for STS-B, for
+regression. GLUE's test labels are hidden, so, as in the paper, ``dev`` (early stopping) is the
+task's first dev split and ``test`` reports the task's score over all its dev splits (MNLI: the
+mean of matched and mismatched).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import theseus_core as th
+
+from .options import parse_options
+
+DEFAULT_MODEL = "all-minilm-l6-v2"
+DATASETS = ("rotten-tomatoes", "bbc-news", "glue/<task>", "a .csv/.tsv/.jsonl file or a save_to_disk folder")
+
+
+@dataclass(frozen=True)
+class TextOptions:
+    """The bert family's options (the module docstring says what each means)."""
+
+    model: str = DEFAULT_MODEL
+    dataset: str = "rotten-tomatoes"
+    data_dir: str | None = None
+    labels: Literal["binary", "five", "regression"] = "binary"
+    text_column: str = "text"
+    text_pair_column: str | None = None
+    label_column: str = "label"
+    split_seed: int = field(default=0, metadata={"min": 0})
+    dev_fraction: float = field(default=0.1, metadata={"above": 0})
+    test_fraction: float = field(default=0.1, metadata={"above": 0})
+    num_layers: int = field(default=3, metadata={"min": 1})
+    init: str | tuple[int, ...] = "first"
+    group_sizes: tuple[int, ...] | None = None
+    max_length: int | None = field(default=None, metadata={"min": 1})
+    eval_batch_size: int = field(default=128, metadata={"min": 1})
+
+
+class TextClassificationTask:
+    """`Task` for transformers sequence classifiers (BERT, RoBERTa, MiniLM, MPNet); options in `TextOptions` and
+    the module doc."""
+
+    compression_options = ("num_layers", "init", "group_sizes")
+    """Options that shape the successor only: runs that differ in them can share a fine-tuned predecessor."""
+
+    def __init__(self, options: dict[str, Any], seed: int) -> None:
+        parsed = parse_options(TextOptions, options, "bert")
+        self.model_name, self.dataset_name, self.data_dir = parsed.model, parsed.dataset, parsed.data_dir
+        self.label_kind = parsed.labels
+        self.text_column, self.text_pair_column = parsed.text_column, parsed.text_pair_column
+        self.label_column = parsed.label_column
+        self.split = {
+            "seed": parsed.split_seed,
+            "dev_fraction": parsed.dev_fraction,
+            "test_fraction": parsed.test_fraction,
+        }
+        self.num_layers, self.init, self.group_sizes = parsed.num_layers, parsed.init, parsed.group_sizes
+        self.max_length, self.eval_batch_size = parsed.max_length, parsed.eval_batch_size
+        self.glue = None
+        if self.dataset_name.startswith("glue/"):
+            from ..data.glue import get_task
+
+            self.glue = get_task(self.dataset_name.removeprefix("glue/"))
+            self.max_length = self.max_length or self.glue.max_length
+        elif self.dataset_name not in ("rotten-tomatoes", "bbc-news") and not Path(self.dataset_name).exists():
+            raise ValueError(
+                f"unknown dataset {self.dataset_name!r} (no such file either); give one of: {', '.join(DATASETS)}"
+            )
+        if self.label_kind != "binary" and self.dataset_name != "rotten-tomatoes":
+            raise ValueError(f"labels={self.label_kind!r} is a Rotten Tomatoes option; {self.dataset_name} has its own")
+        self.max_length = self.max_length or 128
+        self._examples: dict[str, list[dict[str, Any]]] | None = None
+        self._table = None
+        self._labels: dict[str, torch.Tensor] = {}
+
+    # ------------------------------------------------------------ model and data
+    def model_path(self) -> str:
+        """The folder or hub id ``from_pretrained`` gets: an asset's cached folder for asset names."""
+        from ..data.assets import ASSETS, asset_path
+
+        return str(asset_path(self.model_name)) if self.model_name in ASSETS else self.model_name
+
+    def check(self) -> None:
+        layers = self.config().num_hidden_layers
+        if not isinstance(self.num_layers, int) or not 1 <= self.num_layers < layers:
+            raise ValueError(
+                f"num_layers must be an integer in [1, {layers}) for {self.model_name}, got {self.num_layers}"
+            )
+        th.group_sizes_for(layers, self.num_layers, self.group_sizes)
+        self.examples()  # loads and tokenizes: a missing dataset or column fails here, before training
+
+    @property
+    def num_labels(self) -> int:
+        """1 for regression, else the number of classes."""
+        if self.glue is not None:
+            return self.glue.num_labels
+        if self.dataset_name == "rotten-tomatoes":
+            return {"binary": 2, "five": 5, "regression": 1}[self.label_kind]
+        if self.dataset_name == "bbc-news":
+            from ..data.bbc_news import TOPICS
+
+            return len(TOPICS)
+        return self._load_table().num_labels
+
+    @property
+    def metric(self) -> str:
+        """``"score"`` for GLUE (the paper's per-task metric) and regression (mean of Pearson and Spearman), else
+        ``"accuracy"``."""
+        return "score" if self.glue is not None or self.num_labels == 1 else "accuracy"
+
+    @property
+    def scores_examples(self) -> bool:
+        """Whether `predictions` and `score` serve this dataset (not GLUE, whose test score may span two splits)."""
+        return self.glue is None
+
+    def _load_table(self) -> Any:
+        if self._table is None:
+            from ..data.tables import load_table
+
+            self._table = load_table(
+                self.dataset_name,
+                text_column=self.text_column,
+                text_pair_column=self.text_pair_column,
+                label_column=self.label_column,
+                **self.split,
+            )
+        return self._table
+
+    def config(self) -> Any:
+        """The checkpoint's config with a head for this dataset (one fine-tuned on another task has another)."""
+        from transformers import AutoConfig
+
+        try:
+            config = AutoConfig.from_pretrained(self.model_path())  # a missing asset raises, naming the fetch command
+        except OSError as error:
+            if isinstance(error, FileNotFoundError):
+                raise
+            raise ValueError(
+                f"cannot load the model {self.model_name!r} ({str(error).splitlines()[0]}); give options.model as a "
+                f"local folder, an asset name, or a hub id with a network"
+            ) from None
+        config.problem_type = "regression" if self.num_labels == 1 else "single_label_classification"
+        if config.num_labels != self.num_labels:
+            config.num_labels = self.num_labels  # also resets the label names
+        return config
+
+    def tokenizer(self) -> Any:
+        from transformers import AutoTokenizer
+
+        if not hasattr(self, "_tokenizer"):
+            self._tokenizer = AutoTokenizer.from_pretrained(self.model_path())
+        return self._tokenizer
+
+    def build_predecessor(self) -> nn.Module:
+        from transformers import AutoModelForSequenceClassification
+        from transformers.utils import logging
+
+        verbosity, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
+        logging.set_verbosity_error()  # "some weights are newly initialized": the head, as intended
+        logging.disable_progress_bar()
+        try:
+            model = AutoModelForSequenceClassification.from_pretrained(
+                self.model_path(),
+                config=self.config(),
+                ignore_mismatched_sizes=True,  # another head size: replaced
+            )
+        finally:
+            logging.set_verbosity(verbosity)
+            if bars:
+                logging.enable_progress_bar()
+        return model
+
+    def _splits(self) -> dict[str, Any]:
+        """``{name: datasets.Dataset}``: ``train``, ``validation`` and ``test`` for Rotten Tomatoes; ``train`` and
+        the task's dev splits for GLUE (`_split_name` maps the trainer's split names onto these)."""
+        if self.dataset_name == "rotten-tomatoes":
+            from ..data.rotten_tomatoes import load_rotten_tomatoes
+
+            return dict(load_rotten_tomatoes(labels=self.label_kind, **self.split))
+        if self.dataset_name == "bbc-news":
+            from ..data.bbc_news import load_bbc_news
+
+            return dict(load_bbc_news(**self.split))
+        if self.glue is None:
+            return dict(self._load_table().splits)
+        from ..data.glue import load_glue
+
+        return dict(load_glue(self.glue, self.data_dir))
+
+    def _split_name(self, split: str) -> str:
+        """``"dev"`` is the (first) validation split; GLUE's ``"test"`` is its first dev split too (hidden labels)."""
+        if split == "dev" or (split == "test" and self.glue is not None):
+            return self.glue.dev_splits[0] if self.glue is not None else "validation"
+        return split
+
+    def examples(self) -> dict[str, list[dict[str, Any]]]:
+        """Every split tokenized once (lists of token ids and the label)."""
+        if self._examples is None:
+            if self.glue is not None:
+                columns = self.glue.text_columns
+            else:
+                columns = ("text", "text_pair") if self.text_pair_column else ("text",)
+            tokenizer, examples = self.tokenizer(), {}
+            for split, data in self._splits().items():
+                missing = [c for c in (*columns, "label") if c not in data.column_names]
+                if missing:
+                    raise ValueError(f"the {split} split has no column {missing}; its columns: {data.column_names}")
+                encoded = tokenizer(*(list(data[c]) for c in columns), truncation=True, max_length=self.max_length)
+                labels = list(data["label"])
+                examples[split] = [
+                    {**{key: values[i] for key, values in encoded.items()}, "labels": labels[i]}
+                    for i in range(len(labels))
+                ]
+            self._examples = examples
+        return self._examples
+
+    def dataset(self, split: str) -> list[dict[str, Any]]:
+        return self.examples()[self._split_name(split)]
+
+    def collate(self, examples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        """Pads to the longest example of the batch."""
+        batch = self.tokenizer().pad(
+            [{k: v for k, v in e.items() if k != "labels"} for e in examples], return_tensors="pt"
+        )
+        labels = [e["labels"] for e in examples]
+        batch["labels"] = torch.tensor(labels, dtype=torch.float if self.num_labels == 1 else torch.long)
+        return dict(batch)
+
+    # ------------------------------------------------------------------ training
+    def criterion(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Cross-entropy, or the mean squared error for regression (as transformers' own loss)."""
+        if self.num_labels == 1:
+            return F.mse_loss(logits.squeeze(-1), batch["labels"])
+        return F.cross_entropy(logits, batch["labels"])
+
+    def is_head(self, name: str) -> bool:
+        """The pooler and the classifier (``unfreeze_at_one="head"``)."""
+        return "pooler" in name.split(".") or name.startswith("classifier")
+
+    def logits(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return model(**{k: v for k, v in batch.items() if k != "labels"}).logits
+
+    @torch.no_grad()
+    def predict(self, model: nn.Module, examples: list[dict[str, Any]]) -> torch.Tensor:
+        """Logits of ``examples`` in their order, batched by length (little padding)."""
+        model.eval()
+        device = next(model.parameters()).device
+        order = sorted(range(len(examples)), key=lambda i: len(examples[i]["input_ids"]))
+        logits = torch.empty(len(examples), self.num_labels)
+        for start in range(0, len(order), self.eval_batch_size):
+            chosen = order[start : start + self.eval_batch_size]
+            batch = self.collate([examples[i] for i in chosen])
+            batch.pop("labels")
+            logits[chosen] = model(**{k: v.to(device) for k, v in batch.items()}).logits.float().cpu()
+        return logits
+
+    def predictions(self, model: nn.Module, split: str) -> torch.Tensor:
+        """Per example of the split: the predicted class, or the predicted value for regression."""
+        logits = self.predict(model, self.dataset(split))
+        return logits[:, 0] if self.num_labels == 1 else logits.argmax(1).float()
+
+    def labels(self, split: str) -> torch.Tensor:
+        """The split's labels, in the order of `predictions` (as floats)."""
+        if split not in self._labels:  # scored a thousand times over by the bootstrap: built once
+            self._labels[split] = torch.tensor([e["labels"] for e in self.dataset(split)], dtype=torch.float)
+        return self._labels[split]
+
+    def score(self, predictions: torch.Tensor, split: str, chosen: torch.Tensor | None = None) -> dict[str, float]:
+        """Metrics of per-example ``predictions`` (of the examples ``chosen``, with repeats, when given)."""
+        labels = self.labels(split)
+        if chosen is not None:
+            predictions, labels = predictions[chosen], labels[chosen]
+        if self.num_labels > 1:
+            return {"accuracy": (predictions == labels).float().mean().item()}
+        from ..metrics import pearson, spearman
+
+        correlations = {"pearson": pearson(predictions, labels), "spearman": spearman(predictions, labels)}
+        return {**correlations, "score": (correlations["pearson"] + correlations["spearman"]) / 2}
+
+    def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
+        if self.glue is None:
+            return self.score(self.predictions(model, split), split)
+        from ..data.glue import compute_metrics, task_score
+
+        names = [self.glue.dev_splits[0]] if split == "dev" else list(self.glue.dev_splits)
+        results = {}
+        for name in names:
+            examples = self.examples()[name]
+            logits = self.predict(model, examples)
+            predictions = logits[:, 0] if self.num_labels == 1 else logits.argmax(1)
+            results[name] = compute_metrics(self.glue, predictions.numpy(), [e["labels"] for e in examples])
+        metrics = {f"{name}/{key}": value for name, result in results.items() for key, value in result.items()}
+        return {**metrics, "score": task_score(self.glue, results) if split != "dev" else results[names[0]]["score"]}
+
+    def plan(self, model: nn.Module) -> th.Plan:
+        from theseus_adapters import bert
+
+        return bert.plan(model, self.num_layers, init=self.init, group_sizes=self.group_sizes)
+
+    def truncated(self, predecessor: nn.Module) -> nn.Module:
+        """The predecessor with only the layers the successors start from (the bottom ones for ``init="first"``)."""
+        model = copy.deepcopy(predecessor)
+        return th.replace_(model, self.plan(model)).finalize()
+
+    def scratch(self) -> nn.Module:
+        from transformers import AutoModelForSequenceClassification
+
+        config = self.config()
+        config.num_hidden_layers = self.num_layers
+        return AutoModelForSequenceClassification.from_config(config)
+
+    def latency_batch(self) -> dict[str, torch.Tensor]:
+        batch = self.collate(self.dataset("test")[:32])
+        batch.pop("labels")
+        return batch
+
+    def forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> Any:
+        return model(**batch).logits
+
+    def example_inputs(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """What `replace_` runs the model on to verify the surgery: ``model(*args, **kwargs)``."""
+        batch = self.collate(self.dataset("train")[:4])
+        batch.pop("labels")
+        return (), batch
+
+    def export(self, model: nn.Module, directory: Path) -> list[Path]:
+        """``save_pretrained`` of the model and the tokenizer: ``AutoModelForSequenceClassification`` loads it."""
+        directory.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(directory)
+        self.tokenizer().save_pretrained(directory)
+        return sorted(path for path in directory.iterdir() if path.is_file())

@@ -1,0 +1,243 @@
+"""`theseus analyze`: the paper's analyses on any recipe, each a table and a plot.
+
+    theseus analyze --recipe NAME --analysis sensitivity [--out DIR] [--config FILE] [--seed N] [--resume]
+    theseus analyze --recipe NAME --analysis schedules   [--constant-rate 0.5] ...
+    theseus analyze --recipe NAME --analysis budget      [--budgets 0.5 1 2] ...
+
+- ``sensitivity`` (BERT-of-Theseus Table 5): after one compression run, each trained successor replaces its own
+  group alone in the fine-tuned predecessor (every other group runs its predecessor); the table gives the dev and
+  test metric of each such model and its drop from the predecessor.
+- ``schedules`` (Table 6): the replacing phase with the curriculum, a constant rate (``--constant-rate``, the
+  paper's 0.5–0.7) and the anti-curriculum, each until ``steps_to_one``, then p = 1.
+- ``budget``: Theseus and the ``truncated`` baseline at multiples of the recipe's replacing steps (``steps_to_one``
+  scaled alike): does the gap close with budget?
+
+Every run is an ordinary `theseus compress` run in ``<out>/<name>``, sharing the first run's fine-tuned
+predecessor; an interrupted analysis continues with ``--resume`` (finished runs are kept). Writes
+``<out>/<analysis>.json``, ``.md`` and ``.png``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import theseus_core as th
+
+from ..recipes import Recipe
+from .checkpoints import read_checkpoint
+
+ANALYSES = ("sensitivity", "schedules", "budget")
+
+
+def _compress(recipe: Recipe, out: Path, source: Path | None, progress: bool) -> dict[str, Any]:
+    """The report of a compression run in ``out``: read when finished, resumed when started, else run."""
+    from .trainer import Run
+
+    if (out / "report.json").exists():
+        return json.loads((out / "report.json").read_text())
+    started = (out / "checkpoint.pt").exists()
+    predecessor_from = source if source is not None and not started and recipe.predecessor is not None else None
+    return Run(recipe, out, resume=started, progress=progress, predecessor_from=predecessor_from).run()
+
+
+@contextlib.contextmanager
+def only_successor(theseus: th.Theseus, index: int) -> Iterator[None]:
+    """In eval mode, site ``index`` runs its successor and every other site its predecessor group."""
+    site = theseus.sites[index]
+    route, predecessor = theseus.eval_route, site.predecessor
+    theseus.eval_route = "predecessor"
+    site.predecessor = site.successor  # the site's predecessor branch now runs the successor
+    try:
+        yield
+    finally:
+        site.predecessor = predecessor
+        theseus.eval_route = route
+
+
+def sensitivity(recipe: Recipe, out: Path, *, progress: bool = True) -> dict[str, Any]:
+    """Table 5 (module doc). Returns the summary written to ``sensitivity.json``."""
+    from ..tasks import build_task
+
+    run_dir = out / "run"
+    _compress(recipe.with_overrides({"baselines": ()}), run_dir, None, progress)
+    state = read_checkpoint(run_dir / "checkpoint.pt")
+    task = build_task(recipe.family, recipe.options, recipe.seed)
+    predecessor = task.build_predecessor()
+    if "predecessor" in state["done"]:
+        predecessor.load_state_dict(state["done"]["predecessor"]["weights"])
+    predecessor.eval()
+    model = copy.deepcopy(predecessor)
+    theseus = th.replace_(model, task.plan(model), seed=recipe.seed)
+    model.load_state_dict(state["done"]["replacing"]["weights"])
+    model.eval()
+    reference = {split: task.evaluate(predecessor, split)[task.metric] for split in ("dev", "test")}
+    rows = []
+    for index, site in enumerate(theseus.sites):
+        with only_successor(theseus, index):
+            scores = {split: task.evaluate(model, split)[task.metric] for split in ("dev", "test")}
+        rows.append(
+            {
+                "group": index,
+                "path": site.path,
+                **scores,
+                "dev_drop": reference["dev"] - scores["dev"],
+                "test_drop": reference["test"] - scores["test"],
+            }
+        )
+    summary = {"analysis": "sensitivity", "metric": task.metric, "predecessor": reference, "rows": rows}
+    lines = [
+        f"# Module sensitivity of `{recipe.name}` (BERT-of-Theseus Table 5)\n",
+        "Each trained successor alone in the fine-tuned predecessor; the drop is the predecessor's metric minus "
+        "that model's.\n",
+        f"| group | path | dev {task.metric} | dev drop | test {task.metric} | test drop |",
+        "|---|---|---|---|---|---|",
+        f"| none (predecessor) | | {reference['dev']:.4f} | | {reference['test']:.4f} | |",
+        *(
+            f"| {r['group']} | `{r['path']}` | {r['dev']:.4f} | {r['dev_drop']:+.4f} | {r['test']:.4f} | "
+            f"{r['test_drop']:+.4f} |"
+            for r in rows
+        ),
+    ]
+    _write(out, summary, lines, _bar_plot(rows, task.metric))
+    return summary
+
+
+def schedules(recipe: Recipe, out: Path, *, constant_rate: float = 0.5, progress: bool = True) -> dict[str, Any]:
+    """Table 6 (module doc). Returns the summary written to ``schedules.json``."""
+    variants = {
+        "curriculum": {"schedule": "curriculum"},
+        "constant": {"schedule": "constant", "schedule_base": constant_rate},
+        "anti_curriculum": {"schedule": "anti_curriculum"},
+    }
+    rows, source = [], None
+    for name, overrides in variants.items():
+        report = _compress(recipe.with_overrides({**overrides, "baselines": ()}), out / name, source, progress)
+        source = source or out / name
+        rows.append(
+            {
+                "schedule": name,
+                **overrides,
+                "dev": report["phases"]["replacing"]["best_metric"],
+                "test": report["models"]["theseus"]["test"][report["metric"]],
+            }
+        )
+    metric = report["metric"]
+    summary = {"analysis": "schedules", "metric": metric, "rows": rows}
+    lines = [
+        f"# Replacing schedules on `{recipe.name}` (BERT-of-Theseus Table 6)\n",
+        f"Each schedule until step {recipe.steps_to_one}, then p = 1; b = {recipe.schedule_base} for the curriculum "
+        f"and the anti-curriculum, p = {constant_rate} for the constant rate. Best dev {metric} of the replacing "
+        "phase, and the test metric of that state.\n",
+        f"| schedule | dev {metric} | test {metric} |",
+        "|---|---|---|",
+        *(f"| {r['schedule']} | {r['dev']:.4f} | {r['test']:.4f} |" for r in rows),
+    ]
+    _write(out, summary, lines, _schedule_plot(out, list(variants), metric))
+    return summary
+
+
+def budget(recipe: Recipe, out: Path, *, budgets: Sequence[float] = (0.5, 1.0, 2.0), progress: bool = True) -> dict:
+    """Theseus against truncated fine-tuning at several budgets (module doc). Returns the summary."""
+    rows, source = [], None
+    for factor in budgets:
+        steps = max(1, round(recipe.replacing.steps * factor))
+        overrides = {
+            "replacing": {"steps": steps, "eval_every": min(recipe.replacing.eval_every, steps)},
+            "steps_to_one": max(1, round(recipe.steps_to_one * factor)),
+            "baselines": ["truncated"],
+        }
+        name = f"budget-{steps}"
+        report = _compress(recipe.with_overrides(overrides), out / name, source, progress)
+        source = source or out / name
+        metric = report["metric"]
+        rows.append(
+            {
+                "steps": steps,
+                "theseus": report["models"]["theseus"]["test"][metric],
+                "truncated": report["models"]["baseline:truncated"]["test"][metric],
+                **(
+                    {"interval": report["comparisons"]["baseline:truncated"]}
+                    if "baseline:truncated" in report.get("comparisons", {})
+                    else {}
+                ),
+            }
+        )
+    summary = {"analysis": "budget", "metric": metric, "rows": rows}
+    lines = [
+        f"# Budget curve of `{recipe.name}`: Theseus against truncated fine-tuning\n",
+        f"Replacing steps (p = 1 at the same fraction of them as the recipe's); test {metric}.\n",
+        "| steps | Theseus | truncated | Theseus − truncated (95% paired bootstrap) |",
+        "|---|---|---|---|",
+    ]
+    for r in rows:
+        interval = r.get("interval")
+        cell = f"{interval['difference']:+.4f} [{interval['low']:+.4f}, {interval['high']:+.4f}]" if interval else "—"
+        lines.append(f"| {r['steps']} | {r['theseus']:.4f} | {r['truncated']:.4f} | {cell} |")
+    _write(out, summary, lines, _budget_plot(rows, metric))
+    return summary
+
+
+# --------------------------------------------------------------------------- output
+def _write(out: Path, summary: dict[str, Any], lines: list[str], figure: Any) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    name = summary["analysis"]
+    (out / f"{name}.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / f"{name}.md").write_text("\n".join(lines) + f"\n\n![{name}]({name}.png)\n")
+    figure.savefig(out / f"{name}.png", dpi=110)
+    import matplotlib.pyplot as plt
+
+    plt.close(figure)
+
+
+def _figure() -> tuple[Any, Any]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(6.5, 3.8))
+    axis.grid(alpha=0.3)
+    return figure, axis
+
+
+def _bar_plot(rows: list[dict[str, Any]], metric: str) -> Any:
+    figure, axis = _figure()
+    groups = [str(r["group"]) for r in rows]
+    axis.bar([g + "\ndev" for g in groups], [r["dev_drop"] for r in rows], color="tab:blue", label="dev")
+    axis.bar([g + "\ntest" for g in groups], [r["test_drop"] for r in rows], color="tab:orange", label="test")
+    axis.set_ylabel(f"drop in {metric} (predecessor − model)")
+    axis.set_xlabel("group whose successor alone replaces it")
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    return figure
+
+
+def _schedule_plot(out: Path, names: list[str], metric: str) -> Any:
+    figure, axis = _figure()
+    for name in names:
+        records = [json.loads(line) for line in (out / name / "metrics.jsonl").read_text().splitlines()]
+        evaluated = [r for r in records if r["phase"] == "replacing" and "dev" in r]
+        axis.plot([r["step"] for r in evaluated], [r["dev"][metric] for r in evaluated], "o-", label=name)
+    axis.set_xlabel("replacing step")
+    axis.set_ylabel(f"dev {metric}")
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    return figure
+
+
+def _budget_plot(rows: list[dict[str, Any]], metric: str) -> Any:
+    figure, axis = _figure()
+    steps = [r["steps"] for r in rows]
+    axis.plot(steps, [r["theseus"] for r in rows], "o-", label="Theseus")
+    axis.plot(steps, [r["truncated"] for r in rows], "s-", label="truncated")
+    axis.set_xscale("log")
+    axis.set_xlabel("replacing steps (budget)")
+    axis.set_ylabel(f"test {metric}")
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    return figure

@@ -1,0 +1,87 @@
+"""What the harness trains and in which order: parameter groups, replacing schedules, data order.
+
+Set up as the reference ``run_glue.py`` of BERT-of-Theseus: AdamW without weight decay on biases and
+normalization weights, and every phase's data order of its own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+import theseus_core as th
+
+from ..recipes import Recipe
+
+ParameterGroup = tuple[str, list[nn.Parameter]]
+
+
+def predecessor_parameters(model: nn.Module) -> list[ParameterGroup]:
+    """Every parameter of ``model``, as one group: fine-tuning trains them all."""
+    return [("all", list(model.parameters()))]
+
+
+def _is_normalization(module: nn.Module) -> bool:
+    """LayerNorm, BatchNorm, GroupNorm and the like, including families' own (``LlamaRMSNorm``, ``T5LayerNorm``)."""
+    return isinstance(module, (nn.LayerNorm, nn.GroupNorm, nn.modules.batchnorm._NormBase)) or (
+        "Norm" in type(module).__name__
+    )
+
+
+def optimizer_groups(model: nn.Module, parameters: list[nn.Parameter], weight_decay: float) -> list[dict[str, Any]]:
+    """AdamW groups of ``parameters``: weight decay on weights, none on biases and normalization weights (the
+    reference code's ``no_decay = ["bias", "LayerNorm.weight"]``, by module type rather than by name)."""
+    exempt = {
+        id(parameter)
+        for module in model.modules()
+        for name, parameter in module.named_parameters(recurse=False)
+        if name.endswith("bias") or _is_normalization(module)
+    }
+    decay = [parameter for parameter in parameters if id(parameter) not in exempt]
+    no_decay = [parameter for parameter in parameters if id(parameter) in exempt]
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+
+
+def unfrozen_at_one(model: nn.Module, theseus: th.Theseus, which: str, task: Any) -> list[nn.Parameter]:
+    """The parameters outside the groups that ``unfreeze_at_one`` trains once p = 1: all of them (``"all"``), or
+    those the task calls its head (``"head"``: `Task.is_head` on the parameter's name)."""
+    inside = {id(parameter) for site in theseus.sites for parameter in site.parameters()}
+    outside = [(name, parameter) for name, parameter in model.named_parameters() if id(parameter) not in inside]
+    if which == "head":
+        outside = [(name, parameter) for name, parameter in outside if task.is_head(name)]
+    if not outside:
+        raise ValueError(f"unfreeze_at_one={which!r} finds no parameter outside the groups to train")
+    return [parameter for _, parameter in outside]
+
+
+def replacing_schedule(recipe: Recipe) -> Callable[[int], float]:
+    """p(step) for the recipe's ``schedule``: the curriculum, a constant rate or the anti-curriculum until
+    ``steps_to_one``, then 1 (successor fine-tuning), as in the paper's Table 6."""
+    curriculum = th.LinearSchedule.reaching_one_at(recipe.steps_to_one, base=recipe.schedule_base)
+    if recipe.schedule == "curriculum":
+        return curriculum
+    before = (
+        th.ConstantSchedule(recipe.schedule_base)
+        if recipe.schedule == "constant"
+        else th.AntiCurriculumSchedule(curriculum.base, curriculum.k)
+    )
+
+    def schedule(step: int) -> float:
+        return 1.0 if step >= recipe.steps_to_one else before(step)
+
+    return schedule
+
+
+def data_order_generator(seed: int, stream: str, epoch: int) -> torch.Generator:
+    """The generator of one epoch's data order. Each ``stream`` has orders of its own: the compression phase
+    (Theseus and the baselines, which see the same order: a paired comparison) does not replay the order the
+    predecessor was just fine-tuned on."""
+    digest = hashlib.sha256(f"{seed}:{stream}:{epoch}".encode()).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & (2**63 - 1))

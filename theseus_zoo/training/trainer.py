@@ -1,0 +1,690 @@
+"""The compression run behind `theseus compress`: phases, checkpoints, resume, metrics, report.
+
+Phases, each checkpointed atomically at every evaluation so that a crash or
+Ctrl-C loses at most ``eval_every`` steps and ``--resume`` continues with the
+same data order, routes and schedule step:
+
+1. ``predecessor``: fine-tune the predecessor (skipped when the family gives a
+   fine-tuned one);
+2. ``replacing``: `theseus_core.replace_`, the linear curriculum until p = 1, then
+   successor fine-tuning; early stopping on the dev metric keeps the best state;
+3. ``baseline:<name>``: each baseline (``truncated``, ``scratch``, ``kd``; see
+   `theseus_zoo.recipes.BASELINES`), same harness, data order and step budget;
+4. ``report``: test metrics, parameters, size on disk, measured speedup, export,
+   ``report.json`` / ``report.md`` and ``curves.png``.
+
+The loop runs on Hugging Face ``accelerate``: under ``accelerate launch`` every
+process takes its shard of each batch, and ranks draw the same routes (same seed).
+Metrics go to ``metrics.jsonl``, and to TensorBoard (``<out>/tensorboard``) when
+the ``tensorboard`` package is installed.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import random
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from accelerate import Accelerator, DistributedDataParallelKwargs
+from torch import nn
+from tqdm.auto import tqdm
+
+import theseus_core as th
+
+from ..recipes import Phase, Recipe
+from ..tasks import Task, build_task
+from .checkpoints import previous_of, read_checkpoint, write_checkpoint
+from .losses import ConsistencyLoss, frozen_teacher, soft_loss
+from .optimization import (
+    ParameterGroup,
+    data_order_generator,
+    optimizer_groups,
+    predecessor_parameters,
+    replacing_schedule,
+    unfrozen_at_one,
+)
+from .timing import interleaved_seconds, median_ratio
+
+Loss = Callable[[nn.Module, Any], tuple[torch.Tensor, torch.Tensor]]
+"""``loss(model, batch) -> (loss, logits)``: one forward of the model."""
+
+CHECKPOINT = "checkpoint.pt"
+
+
+class RunError(ValueError):
+    """Bad input for a run, found before any training; the message says what to do."""
+
+
+@dataclass
+class PhaseResult:
+    best_metric: float
+    best_step: int
+    steps: int
+
+
+def atomic_save(obj: Any, path: Path) -> None:
+    """A checksummed checkpoint through a temporary file and a rename (`theseus_zoo.training.checkpoints`): a crash
+    never leaves half a file, and the checkpoint it replaces is kept as ``<path>.previous``."""
+    write_checkpoint(obj, path)
+
+
+def _rng_state() -> dict[str, Any]:
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(_as_python_state(state["python"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _as_python_state(state: Any) -> tuple:
+    """`random.setstate` wants tuples; a checkpoint may give lists back."""
+    version, internal, gauss = state
+    return version, tuple(internal), gauss
+
+
+class Run:
+    """One compression run of a recipe into an output directory."""
+
+    def __init__(
+        self,
+        recipe: Recipe,
+        out: Path,
+        *,
+        resume: bool = False,
+        progress: bool = True,
+        predecessor_from: Path | None = None,
+    ) -> None:
+        """``predecessor_from``: a run directory whose fine-tuned predecessor this run takes instead of training
+        its own; that run must have the same family, options and predecessor phase (its seed may differ: seeds
+        then vary the compression and the baselines only)."""
+        self.recipe, self.out, self.progress = recipe, Path(out), progress
+        checkpoint = self.out / CHECKPOINT
+        started = checkpoint.exists() or previous_of(checkpoint).exists()
+        if resume and not started:
+            raise RunError(f"--resume: no {CHECKPOINT} in {self.out}; start without --resume")
+        if not resume and started:
+            raise RunError(f"{self.out} holds a run already; pass --resume to continue it, or choose another --out")
+        _check_writable(self.out)
+        self.task: Task = build_task(recipe.family, recipe.options, recipe.seed)
+        self.task.check()
+        borrowed = None
+        if predecessor_from and not resume:
+            ignored = getattr(self.task, "compression_options", ())
+            borrowed = _finished_predecessor(Path(predecessor_from), recipe, ignored)
+            borrowed.pop("rng", None)  # this run's seed, not the other run's, drives what comes after
+        state: dict[str, Any] = read_checkpoint(checkpoint) if resume else {"done": {}}
+        if resume and state.get("recipe") != recipe.to_dict():
+            raise RunError(
+                f"--resume: the run in {self.out} used another recipe (see its recipe.json); "
+                f"resume with the same --recipe, --config and flags"
+            )
+        # --- nothing above this line writes anything ---
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.lock = RunLock(self.out)
+        self.accelerator = Accelerator(
+            cpu=not torch.cuda.is_available(),
+            kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)],  # one branch per step
+        )
+        self.state = state
+        if borrowed is not None:
+            self.state["done"]["predecessor"] = {**borrowed, "from": str(predecessor_from)}
+        self.state["recipe"] = recipe.to_dict()
+        metrics = self.out / "metrics.jsonl"
+        if resume:
+            _repair_metrics(metrics, self.state["metrics_bytes"])
+        else:
+            for stale in ("metrics.jsonl", "report.json", "report.md", "curves.png"):  # a fresh run appends to nothing
+                (self.out / stale).unlink(missing_ok=True)
+        (self.out / "recipe.json").write_text(json.dumps(recipe.to_dict(), indent=2) + "\n")
+        self.tensorboard = _tensorboard_writer(self.out / "tensorboard") if self.accelerator.is_main_process else None
+
+    # ----------------------------------------------------------------- logging
+    def log(self, record: dict[str, Any]) -> None:
+        if self.accelerator.is_main_process:
+            with open(self.out / "metrics.jsonl", "a") as stream:
+                stream.write(json.dumps(record) + "\n")
+            if self.tensorboard is not None:
+                phase, step = record["phase"], record["step"]
+                for name, value in [("loss", record["loss"]), ("rate", record.get("rate"))]:
+                    if value is not None:
+                        self.tensorboard.add_scalar(f"{phase}/{name}", value, step)
+                for name, value in record.get("dev", {}).items():
+                    self.tensorboard.add_scalar(f"{phase}/dev_{name}", value, step)
+
+    def save(self, **state: Any) -> None:
+        """Checkpoints atomically, with the length of metrics.jsonl so a resume drops the lines logged after."""
+        self.state.update(state)
+        metrics = self.out / "metrics.jsonl"
+        self.state["metrics_bytes"] = metrics.stat().st_size if metrics.exists() else 0
+        if self.accelerator.is_main_process:
+            atomic_save(self.state, self.out / CHECKPOINT)
+
+    # ------------------------------------------------------------------ phases
+    def run(self) -> dict[str, Any]:
+        torch.manual_seed(self.recipe.seed)
+        random.seed(self.recipe.seed)
+        try:
+            return self._run()
+        finally:
+            self.lock.release()
+
+    def _finished(self, phase: str) -> bool:
+        """Whether ``phase`` is done; if so, the RNG continues from where that phase left it, so that a resumed run
+        draws what an uninterrupted one would (dropout masks, fresh initialisations)."""
+        done = self.state["done"].get(phase)
+        if done is not None and "rng" in done:
+            _set_rng_state(done["rng"])
+        return done is not None
+
+    def _run(self) -> dict[str, Any]:
+        predecessor = self.task.build_predecessor()
+        if self.recipe.predecessor is not None:
+            if not self._finished("predecessor"):
+                self._train("predecessor", predecessor, predecessor_parameters(predecessor), self.recipe.predecessor)
+            predecessor.load_state_dict(self.state["done"]["predecessor"]["weights"])
+
+        compact = None
+        if self.recipe.theseus:
+            model = copy.deepcopy(predecessor)
+            options = dict(getattr(self.task, "replace_options", {}))  # e.g. predecessor_eval
+            if hasattr(self.task, "example_inputs"):  # replace_ runs them at rate 0 and refuses a wrong surgery
+                options["example_inputs"], options["example_kwargs"] = _to(
+                    self.task.example_inputs(), self.accelerator.device
+                )
+            theseus = th.replace_(model, self.task.plan(model), seed=self.recipe.seed, **options)
+            if not self._finished("replacing"):
+                self._train(
+                    "replacing",
+                    model,
+                    self._replacing_parameters(model, theseus),
+                    self.recipe.replacing,
+                    theseus,
+                    replacing_schedule(self.recipe),
+                    loss=self._replacing_loss(predecessor, theseus),
+                )
+            model.load_state_dict(self.state["done"]["replacing"]["weights"])
+            compact = theseus.finalize()
+
+        baselines = {}
+        for name in self.recipe.baselines:
+            baseline = self.task.scratch() if name == "scratch" else self.task.truncated(predecessor)
+            key = f"baseline:{name}"
+            if not self._finished(key):
+                loss = self._distillation_loss(predecessor, self.recipe.kd_alpha) if name == "kd" else None
+                self._train(key, baseline, predecessor_parameters(baseline), self.recipe.replacing, loss=loss)
+            baseline.load_state_dict(self.state["done"][key]["weights"])
+            baselines[name] = baseline
+        if self.tensorboard is not None:
+            self.tensorboard.close()
+        return self._report(predecessor, compact, baselines)
+
+    def _replacing_parameters(self, model: nn.Module, theseus: th.Theseus) -> list[ParameterGroup]:
+        """The successors' parameters, and with ``unfreeze_at_one`` those it unfreezes at p = 1 (frozen until then:
+        AdamW skips a parameter without gradient)."""
+        groups = [("successors", list(theseus.successor_parameters()))]
+        if self.recipe.unfreeze_at_one is not None:
+            groups.append(
+                ("unfrozen at p = 1", unfrozen_at_one(model, theseus, self.recipe.unfreeze_at_one, self.task))
+            )
+        return groups
+
+    def _replacing_loss(self, predecessor: nn.Module, theseus: th.Theseus) -> Loss | None:
+        """The task loss, plus the extensions the recipe asks for (`Recipe` docs); ``None`` for the paper's own."""
+        kd_weight, consistency_weight = self.recipe.kd_weight, self.recipe.consistency_weight
+        if not kd_weight and not consistency_weight:
+            return None
+        teacher = frozen_teacher(predecessor, self.accelerator.device) if kd_weight else None
+        consistency = ConsistencyLoss(theseus) if consistency_weight else None
+
+        def loss(model: nn.Module, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+            if consistency is not None:
+                consistency.reset()
+            logits = self.task.logits(model, batch)
+            value = self.task.criterion(logits, batch)
+            if teacher is not None:
+                with torch.no_grad():
+                    target = self.task.logits(teacher, batch)
+                value = value + kd_weight * soft_loss(logits, target, self.recipe.kd_temperature)
+            if consistency is not None and consistency.terms:
+                value = value + consistency_weight * consistency.value()
+            return value, logits
+
+        return loss
+
+    def _distillation_loss(self, predecessor: nn.Module, alpha: float) -> Loss:
+        """Vanilla KD: ``alpha`` · task loss + ``(1 - alpha)`` · T² · KL(teacher ‖ student) at temperature T
+        (mean squared error between the outputs when they are single regression values), from one forward of the
+        student."""
+        teacher = frozen_teacher(predecessor, self.accelerator.device)
+        temperature = self.recipe.kd_temperature
+
+        def loss(student: nn.Module, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+            with torch.no_grad():
+                target = self.task.logits(teacher, batch)
+            logits = self.task.logits(student, batch)
+            value = alpha * self.task.criterion(logits, batch) + (1 - alpha) * soft_loss(logits, target, temperature)
+            return value, logits
+
+        return loss
+
+    def _train(
+        self,
+        phase_name: str,
+        model: nn.Module,
+        parameters: list[ParameterGroup],
+        phase: Phase,
+        theseus: th.Theseus | None = None,
+        schedule: Callable[[int], float] | None = None,
+        loss: Loss | None = None,
+    ) -> None:
+        """Trains one phase, evaluating and checkpointing every ``phase.eval_every`` steps.
+
+        ``parameters``: named lists of the parameters to train; the last one, when there are two, is frozen until
+        p = 1 (``unfreeze_at_one``). ``loss(model, batch)`` returns the loss and the logits (default: the task's
+        criterion on the task's logits)."""
+        compute_loss = loss or self._task_loss
+        trained = [parameter for _, group in parameters for parameter in group]
+        late = parameters[1][1] if len(parameters) > 1 else []
+        optimizer = torch.optim.AdamW(optimizer_groups(model, trained, phase.weight_decay), lr=phase.lr)
+        model, optimizer = self.accelerator.prepare(model, optimizer)
+        unwrapped = self.accelerator.unwrap_model(model)
+        current = self.state.get("current")
+        if current is not None and current["phase"] == phase_name:  # resuming inside this phase
+            unwrapped.load_state_dict(current["weights"])
+            optimizer.load_state_dict(current["optimizer"])
+            if theseus is not None:
+                theseus.load_state_dict(current["routing"])
+            _set_rng_state(current["rng"])
+            step, best, seconds_before = current["step"], current["best"], current.get("seconds", 0.0)
+            stop = current.get("stop", False)  # checkpoints of theseus 0.1.0 have neither
+        else:
+            step, best = 0, {"metric": -float("inf"), "step": 0, "weights": None, "evaluations_since": 0}
+            seconds_before, stop = 0.0, False
+        started = time.perf_counter()
+
+        def checkpoint() -> None:
+            self.save(
+                current={
+                    "phase": phase_name,
+                    "step": step,
+                    "weights": _cpu_state(unwrapped),
+                    "optimizer": optimizer.state_dict(),
+                    "routing": theseus.state_dict() if theseus is not None else None,
+                    "rng": _rng_state(),
+                    "best": best,
+                    "stop": stop,  # an early stop decided at this evaluation holds after a resume
+                    "seconds": seconds_before + time.perf_counter() - started,
+                }
+            )
+
+        if step == 0:
+            checkpoint()  # a crash before the first evaluation resumes with this phase's RNG state
+
+        train = self.task.dataset("train")
+        per_process = max(1, phase.batch_size // self.accelerator.num_processes)
+        steps_per_epoch = max(1, len(train) // phase.batch_size)
+        stream = "predecessor" if phase_name == "predecessor" else "compression"
+        bar = tqdm(total=phase.steps, initial=step, desc=phase_name, disable=not self.progress, leave=False)
+        while step < phase.steps and not stop:
+            epoch, offset = divmod(step, steps_per_epoch)
+            order = torch.randperm(len(train), generator=data_order_generator(self.recipe.seed, stream, epoch))
+            for index in range(offset, steps_per_epoch):
+                batch_indices = order[index * phase.batch_size : (index + 1) * phase.batch_size]
+                mine = batch_indices[self.accelerator.process_index :: self.accelerator.num_processes][:per_process]
+                batch = _to(self.task.collate([train[int(i)] for i in mine]), self.accelerator.device)
+                if theseus is not None:
+                    theseus.rate = schedule(step)
+                for parameter in late:
+                    parameter.requires_grad_(theseus is not None and theseus.rate >= 1.0)
+                lr = phase.lr_at(step)
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+                model.train()
+                value, _ = compute_loss(model, batch)
+                if not torch.isfinite(value):
+                    raise RunError(
+                        f"the loss of step {step + 1} of {phase_name} is {value.item()}: the run stops, its last good "
+                        f"checkpoint kept; lower the learning rate ({lr:g}) or look at the data, then --resume"
+                    )
+                record = {"phase": phase_name, "step": step + 1, "loss": value.item(), "lr": lr}
+                if value.requires_grad:  # every group on its frozen predecessor: nothing to learn this step
+                    self.accelerator.backward(value)
+                    if phase.max_grad_norm is not None:
+                        norm = self.accelerator.clip_grad_norm_(trained, phase.max_grad_norm)
+                        record["grad_norm"] = float(norm)
+                    optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                step += 1
+                bar.update(1)
+                if theseus is not None:
+                    record["rate"] = theseus.rate
+                evaluate = step % phase.eval_every == 0 or step == phase.steps
+                if evaluate:
+                    metrics = self.task.evaluate(unwrapped, "dev")
+                    record["dev"] = metrics
+                    value = metrics[self.task.metric]
+                    at_one = theseus is None or theseus.rate >= 1.0
+                    if value > best["metric"]:
+                        best = {"metric": value, "step": step, "weights": _cpu_state(unwrapped), "evaluations_since": 0}
+                    elif at_one:
+                        best["evaluations_since"] += 1
+                    patience = self.recipe.patience if theseus is not None else None
+                    stop = patience is not None and at_one and best["evaluations_since"] >= patience
+                    bar.set_postfix(
+                        {self.task.metric: f"{value:.4f}", **({"p": f"{theseus.rate:.2f}"} if theseus else {})}
+                    )
+                self.log(record)
+                if evaluate:
+                    checkpoint()  # after the log line, so that a resume keeps it
+                if step >= phase.steps or stop:
+                    break
+        bar.close()
+        for parameter in late:
+            parameter.requires_grad_(False)
+        done = {
+            "weights": best["weights"],
+            "best_metric": best["metric"],
+            "best_step": best["step"],
+            "steps": step,
+            "seconds": seconds_before + time.perf_counter() - started,  # wall-clock, evaluations included
+            "rng": _rng_state(),  # where the next phase's draws start, also after a resume
+        }
+        self.state["done"][phase_name] = done
+        self.save(current=None)
+
+    def _task_loss(self, model: nn.Module, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = self.task.logits(model, batch)
+        return self.task.criterion(logits, batch), logits
+
+    # ------------------------------------------------------------------ report
+    def _report(
+        self, predecessor: nn.Module, compact: nn.Module | None, baselines: dict[str, nn.Module]
+    ) -> dict[str, Any]:
+        """Test metrics of every model (with a bootstrap standard error and the per-example predictions when the
+        task gives them: what paired comparisons across models and seeds need), parameters, the export of the
+        Theseus successor and its measured speedup (the first baseline's when Theseus was not trained)."""
+        models = {"predecessor": predecessor, **({"theseus": compact} if compact is not None else {})}
+        models.update({f"baseline:{k}": v for k, v in baselines.items()})
+        report: dict[str, Any] = {"recipe": self.recipe.to_dict(), "metric": self.task.metric, "models": {}}
+        for name, model in models.items():
+            model.eval()
+            report["models"][name] = {**self._test(model), "parameters": sum(p.numel() for p in model.parameters())}
+        if compact is not None:
+            files = self.task.export(compact, self.out / "model")
+            report["models"]["theseus"]["size_on_disk_bytes"] = sum(f.stat().st_size for f in files)
+        reference = report["models"]["predecessor"]["test"][self.task.metric]
+        for entry in report["models"].values():
+            entry["retention_percent"] = 100.0 * entry["test"][self.task.metric] / reference if reference else None
+        if getattr(self.task, "scores_examples", False):
+            report["test_labels"] = [round(float(value), 5) for value in self.task.labels("test")]
+            if compact is not None:
+                report["comparisons"] = self._comparisons(report)
+        small = compact if compact is not None else next(iter(baselines.values()))
+        report["speedup"] = self._speedup(predecessor, small)
+        report["phases"] = {
+            k: {kk: v for kk, v in d.items() if kk not in ("weights", "rng")} for k, d in self.state["done"].items()
+        }
+        if self.accelerator.is_main_process:
+            (self.out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+            (self.out / "report.md").write_text(markdown_report(report))
+            plot_curves(self.out / "metrics.jsonl", self.out / "curves.png", self.task.metric)
+        return report
+
+    def _comparisons(self, report: dict[str, Any]) -> dict[str, dict[str, float]]:
+        """Theseus minus each other model on the test metric, with a 95% paired bootstrap interval (the same
+        resampled examples for both models)."""
+        theirs = {name: torch.tensor(entry["test_predictions"]) for name, entry in report["models"].items()}
+        comparisons = {}
+        for name in theirs:
+            if name == "theseus":
+                continue
+
+            def difference(chosen: torch.Tensor | None, name: str = name) -> float:
+                score = self.task.score
+                return (
+                    score(theirs["theseus"], "test", chosen)[self.task.metric]
+                    - score(theirs[name], "test", chosen)[self.task.metric]
+                )
+
+            low, high = bootstrap_interval(difference, len(theirs["theseus"]))
+            comparisons[name] = {"difference": difference(None), "low": low, "high": high}
+        return comparisons
+
+    def _test(self, model: nn.Module) -> dict[str, Any]:
+        """``{"test": metrics}``, with ``test_standard_error`` and ``test_predictions`` for tasks that score
+        per-example predictions (`Task.predictions` and `Task.score`)."""
+        if not getattr(self.task, "scores_examples", False):
+            return {"test": self.task.evaluate(model, "test")}
+        predictions = self.task.predictions(model, "test")
+        metrics = self.task.score(predictions, "test")
+        return {
+            "test": metrics,
+            "test_standard_error": bootstrap_standard_error(
+                lambda chosen: self.task.score(predictions, "test", chosen)[self.task.metric], len(predictions)
+            ),
+            "test_predictions": [round(float(value), 5) for value in predictions],
+        }
+
+    def _speedup(self, predecessor: nn.Module, compact: nn.Module, repeats: int = 7) -> float:
+        """Median per-turn latency ratio, predecessor over successor, eager, on `Task.latency_batch`."""
+        batch = _to(self.task.latency_batch(), self.accelerator.device)
+        predecessor.eval(), compact.eval()
+        runs = {
+            "predecessor": lambda: self.task.forward(predecessor, batch),
+            "successor": lambda: self.task.forward(compact, batch),
+        }
+        with torch.no_grad():
+            times = interleaved_seconds(runs, warmup=1, repeats=repeats, device=self.accelerator.device)
+        return median_ratio(times["predecessor"], times["successor"])
+
+
+class RunLock:
+    """``<out>/.lock`` holds the pid of the process writing there: a second writer is refused, naming the first;
+    a lock left by a process that no longer runs is taken over."""
+
+    def __init__(self, out: Path) -> None:
+        self.path = out / ".lock"
+        for _ in range(2):
+            try:
+                descriptor = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                owner = self.path.read_text().strip()
+                if owner.isdigit() and _alive(int(owner)) and int(owner) != os.getpid():
+                    raise RunError(
+                        f"{out} is being written by another theseus process (pid {owner}); wait for it, or stop it"
+                    ) from None
+                self.path.unlink(missing_ok=True)  # stale: its process is gone
+                continue
+            with os.fdopen(descriptor, "w") as stream:
+                stream.write(f"{os.getpid()}\n")
+            return
+        raise RunError(f"cannot take the lock {self.path}")
+
+    def release(self) -> None:
+        if self.path.exists() and self.path.read_text().strip() == str(os.getpid()):
+            self.path.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _check_writable(out: Path) -> None:
+    """Refuses an ``--out`` that is a file or lies where nothing can be written, before any work."""
+    if out.exists() and not out.is_dir():
+        raise RunError(f"--out {out} is a file; give a directory")
+    existing = next((parent for parent in [out, *out.parents] if parent.exists()), Path("."))
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise RunError(f"--out {out}: cannot write in {existing}")
+
+
+def _repair_metrics(metrics: Path, length: int) -> None:
+    """Cuts ``metrics.jsonl`` to what the checkpoint had logged (later lines come again), or, if the file is shorter
+    than that (damaged), to its last complete line, never padding it; says so on stderr."""
+    if not metrics.exists():
+        print(f"theseus: warning: {metrics} is missing; the resumed run logs only what comes next", file=sys.stderr)
+        return
+    size = metrics.stat().st_size
+    if size >= length:
+        os.truncate(metrics, length)
+        return
+    data = metrics.read_bytes()
+    keep = data.rfind(b"\n") + 1
+    os.truncate(metrics, keep)
+    print(
+        f"theseus: warning: {metrics} is shorter than the checkpoint's record ({size} < {length} bytes): cut to its "
+        f"last complete line; lines in between are lost",
+        file=sys.stderr,
+    )
+
+
+def _bootstrap(metric: Callable[[torch.Tensor], float], size: int, resamples: int) -> torch.Tensor:
+    """``metric(indices)`` over ``resamples`` bootstrap resamples of ``size`` examples, from a fixed seed."""
+    generator = torch.Generator().manual_seed(0)
+    return torch.tensor([metric(torch.randint(size, (size,), generator=generator)) for _ in range(resamples)])
+
+
+def bootstrap_standard_error(metric: Callable[[torch.Tensor], float], size: int, resamples: int = 1000) -> float:
+    """The standard deviation of ``metric(indices)`` over bootstrap resamples of ``size`` examples (fixed seed)."""
+    return float(_bootstrap(metric, size, resamples).std())
+
+
+def bootstrap_interval(
+    metric: Callable[[torch.Tensor], float], size: int, resamples: int = 1000, level: float = 0.95
+) -> tuple[float, float]:
+    """The percentile interval of ``metric(indices)`` over bootstrap resamples of ``size`` examples (fixed seed)."""
+    values = _bootstrap(metric, size, resamples)
+    tail = (1 - level) / 2
+    return float(values.quantile(tail)), float(values.quantile(1 - tail))
+
+
+def _finished_predecessor(run: Path, recipe: Recipe, compression_options: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The fine-tuned predecessor phase of the run in ``run``, checked to be the one ``recipe`` would train: same
+    family, predecessor phase, and options but for ``compression_options`` (those that only shape the successor,
+    `Task.compression_options`)."""
+    if not (run / CHECKPOINT).exists():
+        raise RunError(f"--predecessor-from: no {CHECKPOINT} in {run}")
+    state = read_checkpoint(run / CHECKPOINT)
+    if "predecessor" not in state["done"]:
+        raise RunError(f"--predecessor-from: the run in {run} has not finished fine-tuning its predecessor")
+    theirs, ours = state["recipe"], recipe.to_dict()
+    for side in (theirs, ours):
+        side["options"] = {k: v for k, v in side["options"].items() if k not in compression_options}
+    differing = [key for key in ("family", "options", "predecessor") if theirs[key] != ours[key]]
+    if differing:
+        raise RunError(
+            f"--predecessor-from: the run in {run} has another {', '.join(differing)}; its predecessor "
+            f"is not the one this recipe trains"
+        )
+    return state["done"]["predecessor"]
+
+
+def _tensorboard_writer(directory: Path) -> Any:
+    """A TensorBoard ``SummaryWriter`` when the ``tensorboard`` package is installed, else ``None``."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        return None
+    return SummaryWriter(str(directory))
+
+
+def _cpu_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {name: tensor.detach().to("cpu", copy=True) for name, tensor in model.state_dict().items()}
+
+
+def _to(batch: Any, device: torch.device) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device)
+    if isinstance(batch, dict):
+        return {key: _to(value, device) for key, value in batch.items()}
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(_to(value, device) for value in batch)
+    return batch
+
+
+def markdown_report(report: dict[str, Any]) -> str:
+    metric = report["metric"]
+    lines = [
+        f"# Compression report: {report['recipe']['name']}\n",
+        f"{report['recipe']['description']}\n",
+        f"| model | test {metric} | retention | parameters |",
+        "|---|---|---|---|",
+    ]
+    for name, entry in report["models"].items():
+        retention = f"{entry['retention_percent']:.1f}%" if entry["retention_percent"] is not None else "n/a"
+        lines.append(f"| {name} | {entry['test'][metric]:.4f} | {retention} | {entry['parameters']:,} |")
+    if any("test_standard_error" in entry for entry in report["models"].values()):
+        errors = ", ".join(f"{name} ±{entry['test_standard_error']:.4f}" for name, entry in report["models"].items())
+        lines.append(f"\nStandard errors of the test {metric} (bootstrap over test examples): {errors}.")
+    for name, comparison in report.get("comparisons", {}).items():
+        difference, low, high = comparison["difference"], comparison["low"], comparison["high"]
+        if low > 0:
+            verdict = "ahead of"
+        elif high < 0:
+            verdict = "behind"
+        else:
+            verdict = "not distinguishable from"
+        lines.append(
+            f"- Theseus is {verdict} {name}: {difference:+.4f} (95% paired bootstrap interval [{low:+.4f}, "
+            f"{high:+.4f}])."
+        )
+    if "theseus" in report["models"]:
+        size = report["models"]["theseus"]["size_on_disk_bytes"] / 2**20
+        lines.append(
+            f"\nThe exported successor takes {size:.2f} MiB on disk and runs {report['speedup']:.2f}× as fast as the "
+            f"predecessor (measured, eager, median of per-turn ratios)."
+        )
+    else:
+        lines.append(
+            f"\nNo Theseus run (`theseus: false`); the baselines' model runs {report['speedup']:.2f}× as fast as the "
+            f"predecessor (measured, eager, median of per-turn ratios)."
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot_curves(metrics_path: Path, png: Path, metric: str) -> None:
+    """The replacing rate and the dev metric over steps, per phase."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = [json.loads(line) for line in metrics_path.read_text().splitlines()]
+    figure, (rate_axis, metric_axis) = plt.subplots(2, 1, figsize=(7, 5), sharex=True)
+    for phase in dict.fromkeys(r["phase"] for r in records):
+        rows = [r for r in records if r["phase"] == phase]
+        if "rate" in rows[0]:
+            rate_axis.plot([r["step"] for r in rows], [r["rate"] for r in rows], label=phase)
+        evaluated = [r for r in rows if "dev" in r]
+        metric_axis.plot([r["step"] for r in evaluated], [r["dev"][metric] for r in evaluated], "o-", label=phase)
+    rate_axis.set_ylabel("replacing rate p")
+    rate_axis.set_ylim(-0.05, 1.05)
+    metric_axis.set_ylabel(f"dev {metric}")
+    metric_axis.set_xlabel("optimizer step (within its phase)")
+    for axis in (rate_axis, metric_axis):
+        axis.grid(alpha=0.3)
+        if axis.get_legend_handles_labels()[0]:  # no rate to plot when only baselines trained
+            axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(png, dpi=110)
+    plt.close(figure)
