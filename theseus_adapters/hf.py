@@ -40,9 +40,11 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import torch
 from torch import nn
 
 import theseus_core as th
@@ -293,6 +295,7 @@ def sync_config(model: nn.Module, sources: Sequence[int] | None = None, *, stack
     for index, (layer, source) in enumerate(zip(layers, sources, strict=True)):
         for module, name, value in _index_attributes(layer):
             setattr(module, name, value + index - source)
+    _sync_slim(model, found)
 
 
 def _index_attributes(layer: nn.Module) -> list[tuple[nn.Module, str, int]]:
@@ -320,6 +323,9 @@ def plan(
     group_sizes: Sequence[int] | None = None,
     hidden_size: int | None = None,
     stack: str | None = None,
+    heads: int | None = None,
+    intermediate_size: int | None = None,
+    successor: str | th.spec.SuccessorFactory | None = None,
 ) -> th.Plan:
     """Specs compressing a transformers model's layer stack to ``num_layers`` layers.
 
@@ -342,9 +348,22 @@ def plan(
             loadable by plain transformers. (default: ``None``, the predecessor's width)
         stack: ``"encoder"`` or ``"decoder"`` for a model with both (BART, Whisper),
             or the path of the layer list. (default: ``None``, the model's only stack)
+        heads: Slim successors with this many attention heads of the predecessor's ``head_dim``, the heads
+            kept by `prune_layer_`. Only for configs that set ``head_dim`` (Llama, Qwen2, Mistral): a BERT
+            config derives its head size from ``hidden_size / num_attention_heads``, so it cannot describe
+            fewer heads of the same size. A multiple of ``num_key_value_heads``. (default: ``None``, all)
+        intermediate_size: Slim successors with this FFN width, the neurons kept by `prune_layer_`.
+            (default: ``None``, the predecessor's)
+        successor: The registry's default for the layer type (`layer_successor` unless a user registered
+            another) when ``None``, a registered name, or a factory. (default: ``None``)
+
+    Every spec's options hold what a factory may need: ``stack`` (the `Stack`), ``source`` (index of the
+    layer the successor starts from), ``hidden_size``, ``heads`` and ``intermediate_size``.
 
     Returns:
-        A `theseus_core.Plan` whose finalize hook is `sync_config`.
+        A `theseus_core.Plan` whose finalize hook is `sync_config`: with slim successors it also writes
+        their ``num_attention_heads`` / ``intermediate_size`` into the config, so the export reloads in
+        plain transformers.
 
     Raises:
         ValueError: Unsupported model (the reason is in the message, see `layer_stack`),
@@ -368,51 +387,266 @@ def plan(
         raise ValueError(
             f"hidden_size={hidden_size} must be divisible by num_attention_heads={config.num_attention_heads}"
         )
-    groups = th.plan(model, found.path, group_sizes=sizes).specs  # validates the sizes
+    if heads is not None or intermediate_size is not None:
+        if narrow:
+            raise ValueError(
+                "hidden_size builds fresh narrower layers; heads / intermediate_size prune copies: pick one"
+            )
+        _check_slim(model.get_submodule(found.path)[0], config, heads, intermediate_size)
     sources = [sum(sizes[:i]) for i in range(num_layers)] if narrow else _initial_layers(init, sizes, num_layers)
     _check_per_layer(found, config, sizes, sources)
-
-    specs = []
-    for spec, source in zip(groups, sources, strict=True):
-        if narrow:
-            successor = _NarrowLayer(found, hidden_size, source)
-            specs.append(th.ModuleSpec(spec.path, successor, in_proj="linear", out_proj="linear"))
-        else:
-            specs.append(th.ModuleSpec(spec.path, _CopyLayer(found.path, source)))
+    options = {"stack": found, "hidden_size": hidden_size if narrow else None}
+    options |= {"heads": heads, "intermediate_size": intermediate_size}
+    projection = "linear" if narrow else None
+    specs = [
+        th.ModuleSpec(spec.path, successor, projection, projection, {**options, "source": source})
+        for spec, source in zip(th.plan(model, found.path, group_sizes=sizes), sources, strict=True)
+    ]
     return th.Plan(tuple(specs), on_finalize=functools.partial(sync_config, sources=tuple(sources), stack=found))
 
 
-class _CopyLayer:
-    """Successor factory: a deep copy of one predecessor layer, which may lie outside the group. The layer is
-    looked up in the model being replaced, so a plan made on one model works on its copies."""
+def layer_successor(
+    group: list[nn.Module],
+    model: nn.Module,
+    *,
+    stack: Stack | None = None,
+    source: int | None = None,
+    hidden_size: int | None = None,
+    heads: int | None = None,
+    intermediate_size: int | None = None,
+) -> nn.Module:
+    """The default successor of a group of transformers layers, registered for ``GradientCheckpointingLayer``
+    (the base class of most transformers layers) and ``MPNetLayer``.
 
-    def __init__(self, layers_path: str, index: int) -> None:
-        self.layers_path, self.index = layers_path, index
+    Args:
+        group: The group's layers.
+        model: The model being replaced; ``source`` is looked up there, so a plan made on one model works on
+            its copies.
+        stack: The `Stack` the group belongs to. (default: ``None``: copy the group's first layer)
+        source: Index in the stack of the layer to copy; it may lie outside the group. (default: ``None``, the
+            group's first layer)
+        hidden_size: A freshly initialised layer of the group's class at this width instead (same head count,
+            and ``head_dim`` where the config sets one, intermediate size scaled alike), built as layer
+            ``source`` (its ``layer_idx`` and per-layer config entries). Needs ``stack``. (default: ``None``)
+        heads, intermediate_size: Prune the copy to this many heads / FFN neurons (`prune_layer_`).
+            (default: ``None``, keep all)
+    """
+    if (hidden_size is not None or source is not None) and stack is None:
+        raise ValueError("source= and hidden_size= need the stack option (hf.plan passes it)")
+    if hidden_size is not None:
+        return _fresh_layer(type(group[0]), stack.config(model), hidden_size, 0 if source is None else source)
+    layer = copy.deepcopy(group[0] if source is None else model.get_submodule(stack.path)[source])
+    if heads is not None or intermediate_size is not None:
+        prune_layer_(layer, heads=heads, intermediate_size=intermediate_size)
+    return layer
 
-    def __call__(self, group: list[nn.Module], model: nn.Module) -> nn.Module:
-        return copy.deepcopy(model.get_submodule(self.layers_path)[self.index])
 
-    def __repr__(self) -> str:
-        return f"copy of {self.layers_path}[{self.index}]"
+def _fresh_layer(layer_class: type, config, hidden_size: int, index: int) -> nn.Module:
+    narrow = copy.deepcopy(config)
+    narrow.hidden_size = hidden_size
+    if isinstance(getattr(config, "intermediate_size", None), int):
+        narrow.intermediate_size = config.intermediate_size * hidden_size // config.hidden_size
+    if "layer_idx" in inspect.signature(layer_class).parameters:
+        return layer_class(narrow, layer_idx=index)
+    return layer_class(narrow)
 
 
-class _NarrowLayer:
-    """Successor factory: a freshly initialised layer of the group's class with a smaller hidden size, built
-    as layer ``index`` of the stack (its ``layer_idx`` and per-layer config entries)."""
+def _register_defaults() -> None:
+    """Puts `layer_successor` in the default registry, below any registration a user made first."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+    from transformers.models.mpnet.modeling_mpnet import MPNetLayer
 
-    def __init__(self, found: Stack, hidden_size: int, index: int) -> None:
-        self.found, self.hidden_size, self.index = found, hidden_size, index
+    for layer_type in (GradientCheckpointingLayer, MPNetLayer):
+        th.register_successor(layer_type, fallback=True)(layer_successor)
 
-    def __call__(self, group: list[nn.Module], model: nn.Module) -> nn.Module:
-        config = self.found.config(model)
-        narrow = copy.deepcopy(config)
-        narrow.hidden_size = self.hidden_size
-        if isinstance(getattr(config, "intermediate_size", None), int):
-            narrow.intermediate_size = config.intermediate_size * self.hidden_size // config.hidden_size
-        layer_class = type(group[0])
-        if "layer_idx" in inspect.signature(layer_class).parameters:
-            return layer_class(narrow, layer_idx=self.index)
-        return layer_class(narrow)
 
-    def __repr__(self) -> str:
-        return f"fresh layer of width {self.hidden_size}"
+_register_defaults()
+
+
+# ------------------------------------------------------------------ slim successors (issue 15)
+@dataclass(frozen=True)
+class SlimLayout:
+    """Where a layer keeps the weights that `prune_layer_` cuts, as paths of ``nn.Linear`` inside the layer.
+
+    Attributes:
+        ffn_in: The layers whose output features are the FFN's neurons (two for a gated MLP).
+        ffn_out: The layer whose input features are the FFN's neurons.
+        ffn_config: The config attribute of the FFN's width.
+        query, value, output: The attention's query, value and output layers (``None``: the heads cannot
+            be pruned); ``attention`` is the module holding ``num_key_value_groups``.
+    """
+
+    ffn_in: tuple[str, ...]
+    ffn_out: str
+    ffn_config: str
+    query: str | None = None
+    value: str | None = None
+    output: str | None = None
+    attention: str | None = None
+
+
+SLIM_LAYOUTS = (
+    SlimLayout(("intermediate.dense",), "output.dense", "intermediate_size"),  # BERT, RoBERTa, MPNet, ViT
+    SlimLayout(("ffn.lin1",), "ffn.lin2", "hidden_dim"),  # DistilBERT
+    SlimLayout(  # Llama, Qwen2, Mistral
+        ("mlp.gate_proj", "mlp.up_proj"),
+        "mlp.down_proj",
+        "intermediate_size",
+        "self_attn.q_proj",
+        "self_attn.v_proj",
+        "self_attn.o_proj",
+        "self_attn",
+    ),
+)
+"""The layer layouts whose FFN (and, for the last, attention heads) `prune_layer_` can cut."""
+
+
+def slim_layout(layer: nn.Module) -> SlimLayout:
+    """The `SLIM_LAYOUTS` entry whose linear layers ``layer`` has.
+
+    Raises:
+        ValueError: none matches (GPT-2's ``Conv1D`` layers, say).
+    """
+    for layout in SLIM_LAYOUTS:
+        paths = (*layout.ffn_in, layout.ffn_out, layout.query, layout.value, layout.output)
+        if all(isinstance(_find(layer, path), nn.Linear) for path in paths if path is not None):
+            return layout
+    raise ValueError(
+        f"{type(layer).__name__} is laid out as none of theseus_adapters.hf.SLIM_LAYOUTS (BERT's intermediate / "
+        f"output, DistilBERT's ffn, Llama's mlp and self_attn), so heads / intermediate_size cannot prune it"
+    )
+
+
+def _find(layer: nn.Module, path: str) -> nn.Module | None:
+    try:
+        return layer.get_submodule(path)
+    except AttributeError:
+        return None
+
+
+def _check_slim(layer: nn.Module, config, heads: int | None, intermediate_size: int | None) -> None:
+    layout = slim_layout(layer)
+    width = getattr(config, layout.ffn_config)
+    if intermediate_size is not None and not (_is_int(intermediate_size) and 1 <= intermediate_size <= width):
+        raise ValueError(
+            f"intermediate_size must be an integer in [1, {width}] (the config's), got {intermediate_size!r}"
+        )
+    if heads is None:
+        return
+    if layout.query is None or not isinstance(getattr(config, "head_dim", None), int):
+        raise ValueError(
+            f"heads= needs a config that sets head_dim (Llama, Qwen2, Mistral); {type(config).__name__} derives its "
+            f"head size from hidden_size / num_attention_heads, so the saved config could not describe fewer heads "
+            f"of the same size and the export would not reload. Use intermediate_size= alone"
+        )
+    total, groups = config.num_attention_heads, getattr(config, "num_key_value_heads", None) or 1
+    if not (_is_int(heads) and 1 <= heads <= total and heads % groups == 0):
+        raise ValueError(
+            f"heads must be a multiple of num_key_value_heads={groups} in [1, {total}] (the config's), got {heads!r}"
+        )
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@torch.no_grad()
+def prune_layer_(layer: nn.Module, *, heads: int | None = None, intermediate_size: int | None = None) -> nn.Module:
+    """Structured pruning of a transformers layer in place: keeps the ``intermediate_size`` FFN neurons and the
+    ``heads`` attention heads that matter most, at the same hidden size. Returns the layer.
+
+    What matters is read from the weights alone (magnitude), not from gradients on batches (first-order
+    importance): a successor is built inside `theseus_core.replace_` from its group and the model, where no
+    batch and no loss exist, and the same plan must build the same successor on every copy of the model. The
+    score bounds what a unit can add to the layer's output:
+
+    - FFN neuron ``j``: ``‖W_in[j]‖ · ‖W_out[:, j]‖`` (times ``‖W_gate[j]‖`` for a gated MLP). Its output is
+      ``act(W_in[j]·x) · W_out[:, j]``, whose size the product bounds for a given ``‖x‖``.
+    - Head ``h``: ``‖W_v[h]‖_F · ‖W_o[:, h]‖_F``. The head outputs a convex combination of its value vectors
+      (softmax weights sum to 1), mapped by ``W_o[:, h]``; queries and keys only choose the weights. With
+      grouped-query attention the key / value heads all stay and each group keeps ``heads / num_key_value_heads``
+      query heads, so the cache layout is unchanged.
+
+    The replacing phase then trains the slim layer with the task loss, which is what the paper's successors do
+    from any initialisation.
+
+    Raises:
+        ValueError: the layer matches no `SLIM_LAYOUTS` entry, or the sizes are out of range.
+    """
+    layout = slim_layout(layer)
+    if intermediate_size is not None:
+        ffn_in = [layer.get_submodule(path) for path in layout.ffn_in]
+        ffn_out = layer.get_submodule(layout.ffn_out)
+        if not 1 <= intermediate_size <= ffn_out.in_features:
+            raise ValueError(f"intermediate_size must be in [1, {ffn_out.in_features}], got {intermediate_size}")
+        score = ffn_out.weight.norm(dim=0)
+        for linear in ffn_in:
+            score = score * linear.weight.norm(dim=1)
+        kept = score.topk(intermediate_size).indices.sort().values
+        for linear in ffn_in:
+            _keep_outputs(linear, kept)
+        _keep_inputs(ffn_out, kept)
+    if heads is not None:
+        if layout.query is None:
+            raise ValueError(f"{type(layer).__name__}: heads cannot be pruned in this layout ({layout})")
+        attention = layer.get_submodule(layout.attention)
+        query, value, output = (layer.get_submodule(p) for p in (layout.query, layout.value, layout.output))
+        head_dim = attention.head_dim
+        total, kv_heads = query.out_features // head_dim, value.out_features // head_dim
+        per_group = total // kv_heads
+        if not 1 <= heads <= total or heads % kv_heads:
+            raise ValueError(f"heads must be a multiple of {kv_heads} key/value heads in [1, {total}], got {heads}")
+        value_norm = value.weight.view(kv_heads, head_dim, -1).flatten(1).norm(dim=1)
+        output_norm = output.weight.view(output.out_features, total, head_dim).transpose(0, 1).flatten(1).norm(dim=1)
+        score = (output_norm * value_norm.repeat_interleave(per_group)).view(kv_heads, per_group)
+        within = score.topk(heads // kv_heads, dim=1).indices.sort(dim=1).values
+        kept_heads = (within + torch.arange(kv_heads)[:, None] * per_group).flatten()
+        kept = (kept_heads[:, None] * head_dim + torch.arange(head_dim)).flatten()
+        _keep_outputs(query, kept)
+        _keep_inputs(output, kept)
+        attention.num_key_value_groups = heads // kv_heads
+    return layer
+
+
+def _keep_outputs(linear: nn.Linear, index: torch.Tensor) -> None:
+    linear.weight = nn.Parameter(linear.weight[index].clone())
+    if linear.bias is not None:
+        linear.bias = nn.Parameter(linear.bias[index].clone())
+    linear.out_features = len(index)
+
+
+def _keep_inputs(linear: nn.Linear, index: torch.Tensor) -> None:
+    linear.weight = nn.Parameter(linear.weight[:, index].clone())
+    linear.in_features = len(index)
+
+
+def _sync_slim(model: nn.Module, found: Stack) -> None:
+    """Writes the slim layers' FFN width and head count into the config when every layer has the same."""
+    layers = [layer for layer in model.get_submodule(found.path) if not isinstance(layer, th.Projected)]
+    config = found.config(model)
+    try:
+        layouts = {slim_layout(layer) for layer in layers}
+    except ValueError:
+        return  # a family prune_layer_ does not know: nothing was pruned
+    if len(layouts) != 1 or len(layers) != len(model.get_submodule(found.path)):
+        return
+    layout = layouts.pop()
+    widths = {layer.get_submodule(layout.ffn_out).in_features for layer in layers}
+    head_counts = {
+        layer.get_submodule(layout.query).out_features // layer.get_submodule(layout.attention).head_dim
+        for layer in layers
+        if layout.query is not None
+    }
+    changes = {}
+    if len(widths) == 1:
+        changes[layout.ffn_config] = widths.pop()
+    if len(head_counts) == 1:
+        changes["num_attention_heads"] = head_counts.pop()
+    if len(widths) > 1 or len(head_counts) > 1:
+        warnings.warn(
+            f"the layers of {found.path!r} differ in FFN width or head count, which one config cannot describe: "
+            f"the finalized model runs, but save_pretrained -> from_pretrained would not rebuild it",
+            stacklevel=3,
+        )
+    for name, value in changes.items():
+        setattr(config, name, value)

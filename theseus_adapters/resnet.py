@@ -39,8 +39,10 @@ Example::
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+import inspect
+from collections.abc import Mapping, Sequence
 from numbers import Real
+from typing import Any
 
 import torch
 from torch import nn
@@ -48,7 +50,8 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.conv import _ConvNd
 
 import theseus_core as th
-from theseus_core.spec import resolve
+from theseus_adapters import light_blocks
+from theseus_core.spec import SuccessorFactory, resolve
 
 INITS = ("first", "every_other", "last", "fresh")
 
@@ -107,6 +110,8 @@ def plan(
     *,
     init: str | Sequence[Sequence[int]] = "first",
     width: float | Sequence[float] = 1.0,
+    successor: str | SuccessorFactory | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> th.Plan:
     """Specs compressing each stage of a ResNet to fewer (and optionally narrower) blocks.
 
@@ -136,6 +141,17 @@ def plan(
             none), and learned 1×1 convolutions project the group's input into and
             its output back out of the narrower block. The finalized model keeps
             those projections (as `theseus_core.Projected`). (default: ``1.0``)
+        successor: What each group becomes: ``None`` for the registry's default for the group's block type
+            (`block_successor`, which ``init`` and ``width`` steer), the name of a registered alternative:
+            ``"mobilenet_v2"``, ``"shufflenet_v2"`` or ``"depthwise_separable"`` (fresh light blocks of
+            `theseus_adapters.light_blocks` mapping the group's input channels to its output channels at its
+            stride; ``init`` is then unused and ``width`` must be 1), or a factory. (default: ``None``)
+        options: More keyword options for the successor factory, e.g. ``{"hidden_channels": 96}`` for
+            ``"mobilenet_v2"``. (default: none)
+
+    Every spec's options hold what a factory may need, for a user's registration as much as for the
+    defaults: ``source`` (path of the block to start from, ``None`` for fresh), ``width``, ``stride`` (of the
+    group: 2 for a stage's downsampling group), ``in_channels`` and ``out_channels`` (the group's).
 
     Returns:
         A `theseus_core.Plan`, one spec per group, stage by stage, for
@@ -151,6 +167,13 @@ def plan(
     group_sizes = _group_sizes(names, stages, blocks)
     sources = _sources(names, stages, group_sizes, init)
     widths = _widths(names, width)
+    if successor is not None and not isinstance(successor, str) and not callable(successor):
+        raise TypeError(f"successor must be None, a registered name or a factory, got {successor!r}")
+    if isinstance(successor, str) and any(stage_width != 1 for stage_width in widths):
+        raise ValueError(
+            f"width={width!r} narrows the default successor; successor={successor!r} builds its blocks at the "
+            f"group's widths, so leave width at 1 (or pass the block's own width options)"
+        )
     for name, stage, stage_width in zip(names, stages, widths, strict=True):
         projected = [index for index, block in enumerate(stage) if isinstance(block, th.Projected)]
         if projected:
@@ -170,13 +193,32 @@ def plan(
                 _check_narrowable(block, stage_width, f"{name}[{index}]")
 
     specs = []
-    for name, sizes, stage_sources, stage_width in zip(names, group_sizes, sources, widths, strict=True):
+    for name, stage, sizes, stage_sources, stage_width in zip(names, stages, group_sizes, sources, widths, strict=True):
         start = 0
         for size, source in zip(sizes, stage_sources, strict=True):
-            successor = BlockSuccessor(None if source is None else f"{name}[{source}]", stage_width)
-            specs.append(th.ModuleSpec(f"{name}[{start}:{start + size}]", successor))
+            group = list(stage[start : start + size])
+            needs = {
+                "source": None if source is None else f"{name}[{source}]",
+                "width": stage_width,
+                "stride": _stride(group[0]),
+                "in_channels": block_widths(group[0], f"{name}[{start}]")[0],
+                "out_channels": block_widths(group[-1], f"{name}[{start + size - 1}]")[1],
+            }
+            specs.append(
+                th.ModuleSpec(f"{name}[{start}:{start + size}]", successor, options={**needs, **(options or {})})
+            )
             start += size
     return th.Plan(tuple(specs))
+
+
+def _stride(block: nn.Module) -> int:
+    """How much a block shrinks height and width: the stride of its shortcut (1 without one)."""
+    stride = 1
+    for module in block.downsample.modules() if _downsamples(block) else ():
+        if isinstance(module, (_ConvNd, nn.AvgPool2d, nn.MaxPool2d)):
+            value = module.stride
+            stride *= value[0] if isinstance(value, tuple) else value
+    return stride
 
 
 def _group_sizes(names: list[str], stages: list[nn.Sequential], blocks: BlocksPerStage) -> list[list[int]]:
@@ -258,51 +300,108 @@ def _widths(names: list[str], width: float | Sequence[float]) -> list[float]:
 
 
 # --------------------------------------------------------------- successors
-class BlockSuccessor:
-    """Successor factory: one block shaped like the group's first block.
+def block_successor(group: list[nn.Module], model: nn.Module, *, source: str | None = None, width: float = 1.0):
+    """The default successor of a group of ResNet blocks (registered for torchvision's and timm's
+    ``BasicBlock`` and ``Bottleneck``): one block shaped like the group's first block.
 
     Args:
-        source: Path of the predecessor block whose weights the successor starts
-            from (``"layer1[1]"``; it may lie outside the group), looked up in the
-            model being replaced, or ``None`` for a freshly initialised block of
-            the group's first block's configuration.
+        group: The group's blocks.
+        model: The model being replaced (``source`` is looked up there).
+        source: Path of the predecessor block whose weights the successor starts from (``"layer1[1]"``; it
+            may lie outside the group), or ``None`` for a freshly initialised block of the group's first
+            block's configuration. (default: ``None``)
         width: Channel factor in ``(0, 1]``; see `plan`. (default: ``1.0``)
 
-    Below full width the successor is a `theseus_core.Projected`: the narrowed
-    block between two learned 1×1 convolutions, from the group's input channels
-    to the block's and from the block's output channels back to the group's.
+    Below full width the successor is a `theseus_core.Projected`: the narrowed block between two learned 1×1
+    convolutions, from the group's input channels to the block's and from the block's output channels back to
+    the group's.
 
-    The successor has the structure of the group's first block, so it
-    downsamples exactly when that block does. When ``source`` differs from it in
-    that respect, the successor is a copy of the group's first block with the
-    source's weights loaded wherever their names and shapes agree.
+    The successor has the structure of the group's first block, so it downsamples exactly when that block
+    does. When ``source`` differs from it in that respect, the successor is a copy of the group's first block
+    with the source's weights loaded wherever their names and shapes agree.
     """
+    first = group[0]
+    origin = None if source is None else resolve(model, source).modules[0]
+    if origin is None:
+        block = copy.deepcopy(first)
+        _reinitialize_(block)
+    elif origin is first or not (_downsamples(first) or _downsamples(origin)):
+        block = copy.deepcopy(origin)  # same configuration: the blocks of a stage after its first
+    else:  # keep the group's stride and shortcut, take the source's weights where they fit
+        block = copy.deepcopy(first)
+        shapes = {name: tensor.shape for name, tensor in block.state_dict().items()}
+        fitting = {k: v for k, v in origin.state_dict().items() if shapes.get(k) == v.shape}
+        block.load_state_dict(fitting, strict=False)
+    if width == 1:
+        return block
+    _narrow_(block, width)
+    (outer_in, _), (_, outer_out) = block_widths(first), block_widths(group[-1])
+    inner_in, inner_out = block_widths(block)
+    return th.Projected(block, nn.Conv2d(outer_in, inner_in, 1), nn.Conv2d(inner_out, outer_out, 1))
+
+
+class BlockSuccessor:
+    """`block_successor` with its options bound, for a spec written by hand:
+    ``th.ModuleSpec("layer1[0:2]", BlockSuccessor("layer1[0]", width=0.5))``."""
 
     def __init__(self, source: str | None, width: float = 1.0) -> None:
         self.source, self.width = source, width
 
     def __call__(self, group: list[nn.Module], model: nn.Module) -> nn.Module:
-        first = group[0]
-        source = None if self.source is None else resolve(model, self.source).modules[0]
-        if source is None:
-            block = copy.deepcopy(first)
-            _reinitialize_(block)
-        elif source is first or not (_downsamples(first) or _downsamples(source)):
-            block = copy.deepcopy(source)  # same configuration: the blocks of a stage after its first
-        else:  # keep the group's stride and shortcut, take the source's weights where they fit
-            block = copy.deepcopy(first)
-            shapes = {name: tensor.shape for name, tensor in block.state_dict().items()}
-            fitting = {k: v for k, v in source.state_dict().items() if shapes.get(k) == v.shape}
-            block.load_state_dict(fitting, strict=False)
-        if self.width == 1:
-            return block
-        _narrow_(block, self.width)
-        (outer_in, _), (_, outer_out) = block_widths(first), block_widths(group[-1])
-        inner_in, inner_out = block_widths(block)
-        return th.Projected(block, nn.Conv2d(outer_in, inner_in, 1), nn.Conv2d(inner_out, outer_out, 1))
+        return block_successor(group, model, source=self.source, width=self.width)
 
     def __repr__(self) -> str:
         return f"BlockSuccessor({self.source or 'fresh'}, width={self.width:g})"
+
+
+def _light_successor(kind: str) -> SuccessorFactory:
+    block_type = light_blocks.BLOCKS[kind]
+    takes = set(inspect.signature(block_type).parameters)
+
+    def build(group: list[nn.Module], **options: Any) -> nn.Module:
+        if "hidden_channels" in takes and options.get("hidden_channels") is None:
+            # twice the group's first block's inner width: lighter than one block, BasicBlock or Bottleneck
+            options["hidden_channels"] = 2 * group[0].conv1.out_channels
+        return block_type(**{name: value for name, value in options.items() if name in takes})
+
+    build.__name__ = build.__qualname__ = f"{kind}_successor"
+    build.__doc__ = (
+        f"A fresh `theseus_adapters.light_blocks.{block_type.__name__}` mapping the group's ``in_channels`` to its "
+        f"``out_channels`` at its ``stride`` (the options `plan` passes), with the block's own options."
+    )
+    return build
+
+
+LIGHT_SUCCESSORS = {kind: _light_successor(kind) for kind in light_blocks.BLOCKS}
+"""The registered alternatives to `block_successor`, by name: ``resnet.plan(model, successor=name)``."""
+
+
+def _register_defaults() -> None:
+    """Puts this adapter's successors in the default registry, below any registration a user made first."""
+    for block_type in _block_types():
+        th.register_successor(block_type, fallback=True)(block_successor)
+        for kind, build in LIGHT_SUCCESSORS.items():
+            th.register_successor(block_type, kind, fallback=True)(build)
+
+
+def _block_types() -> list[type]:
+    types: list[type] = []
+    try:
+        from torchvision.models.resnet import BasicBlock, Bottleneck
+
+        types += [BasicBlock, Bottleneck]
+    except ImportError:  # pragma: no cover - depends on the environment
+        pass
+    try:
+        from timm.models.resnet import BasicBlock, Bottleneck
+
+        types += [BasicBlock, Bottleneck]
+    except ImportError:  # pragma: no cover - depends on the environment
+        pass
+    return types
+
+
+_register_defaults()
 
 
 def block_widths(block: nn.Module, where: str = "the block") -> tuple[int, int]:

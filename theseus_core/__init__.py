@@ -10,6 +10,7 @@ from .engine import Theseus, replace_
 from .registry import (
     DEFAULT_REGISTRY,
     SuccessorRegistry,
+    build_successor,
     copy_module,
     even_group_sizes,
     group_sizes_for,
@@ -35,6 +36,7 @@ __all__ = [
     "SuccessorRegistry",
     "Theseus",
     "VerificationError",
+    "build_successor",
     "copy_module",
     "even_group_sizes",
     "group_sizes_for",

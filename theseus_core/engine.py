@@ -18,7 +18,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from .prepare import Prepared, check_arguments, check_eval_route, check_successors, prepare
-from .registry import DEFAULT_REGISTRY, SuccessorRegistry
+from .registry import SuccessorRegistry
 from .site import PredecessorChain, ReplacementSite, Router, boundary_width
 from .spec import ModuleSpec, Plan
 from .verify import ExampleRun, run_original, verify
@@ -80,8 +80,10 @@ def replace_(
             and each branch of each site separately, so that changing routes never
             recompiles. Shapes are static (``dynamic=False``) unless the dict sets
             ``dynamic``. Options are checked before anything changes. (default: ``False``)
-        registry: Where specs without a successor look one up. (default: the
-            registry of `register_successor`)
+        registry: A private `SuccessorRegistry` where specs without a factory
+            look theirs up first; the default registry (`register_successor`,
+            where adapters put their defaults) comes after it. (default: ``None``,
+            the default registry only)
 
     Returns:
         The `Theseus` handle that sets the rate, gives the successor parameters,
@@ -94,7 +96,9 @@ def replace_(
             reproduce the original; the model is then unchanged.
     """
     compile_options = check_arguments(model, specs, seed, eval_route, compile, example_inputs, example_kwargs)
-    prepared = prepare(model, specs, DEFAULT_REGISTRY if registry is None else registry)
+    if registry is not None and not isinstance(registry, SuccessorRegistry):
+        raise TypeError(f"registry must be a theseus_core.SuccessorRegistry, got {type(registry).__name__}")
+    prepared = prepare(model, specs, registry)
     frozen = frozen_modules(model, [m for item in prepared for m in item.group.modules], train_others)
     run = None
     if example_inputs is not None or example_kwargs is not None:

@@ -3,7 +3,6 @@ and check the successors. Nothing here mutates the model; every error names the 
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from numbers import Integral
@@ -12,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .registry import SuccessorRegistry
+from .registry import SuccessorRegistry, call_factory, factory_for
 from .site import (
     Projected,
     ReplacementSite,
@@ -34,8 +33,9 @@ class Prepared:
     successor: Projected
 
 
-def prepare(model: nn.Module, specs: Sequence[ModuleSpec], registry: SuccessorRegistry) -> list[Prepared]:
-    """Resolves every group and builds its successor, checking all of it; the model is only read."""
+def prepare(model: nn.Module, specs: Sequence[ModuleSpec], registry: SuccessorRegistry | None) -> list[Prepared]:
+    """Resolves every group and builds its successor, checking all of it; the model is only read.
+    Specs without a factory look one up in ``registry`` first, then in the default registry."""
     groups = [resolve(model, spec.path) for spec in specs]
     _check_no_overlap(groups)
     prepared = [
@@ -130,25 +130,16 @@ def _check_no_overlap(groups: list[ResolvedGroup]) -> None:
                     )
 
 
-def _takes_model(factory: Any) -> bool:
-    """Whether a successor factory accepts a second argument: the model being replaced, before any change."""
-    try:
-        inspect.signature(factory).bind(None, None)
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
 def _has_state(module: nn.Module) -> bool:
     return any(True for _ in (*module.parameters(recurse=False), *module.buffers(recurse=False)))
 
 
 def _build_successor(
-    model: nn.Module, spec: ModuleSpec, group: ResolvedGroup, registry: SuccessorRegistry
+    model: nn.Module, spec: ModuleSpec, group: ResolvedGroup, registry: SuccessorRegistry | None
 ) -> Projected:
-    factory = spec.successor if spec.successor is not None else registry.lookup(group.modules)
+    factory = factory_for(spec, type(group.modules[0]), registry)
     try:
-        successor = factory(list(group.modules), model) if _takes_model(factory) else factory(list(group.modules))
+        successor = call_factory(factory, list(group.modules), model, spec.options)
     except Exception as error:
         error.add_note(f"(while building the successor for group {spec.path!r})")
         raise

@@ -1,4 +1,4 @@
-"""Default successors per predecessor type, and plans for consecutive groups.
+"""Successors by predecessor type: the registry every plan consults, and plans for consecutive groups.
 
 Users register how a group of their own module type is compressed::
 
@@ -8,84 +8,166 @@ Users register how a group of their own module type is compressed::
 
 `replace_` then uses it for every `ModuleSpec` without an explicit successor
 whose group starts with a ``MyBlock`` (subclasses included, nearest type first).
+
+Adapters register their defaults here too (``theseus_adapters.resnet`` for torchvision's and timm's
+``BasicBlock`` / ``Bottleneck``, ``theseus_adapters.hf`` for transformers layers, ``theseus_adapters.gnn``
+for ``GNNStep``), with ``fallback=True``, and their plans leave the choice to the registry: a user's
+registration wins, from a private registry passed to `replace_` (consulted first) or by replacing the
+default deliberately (``register_successor(BasicBlock, replace=True)``; `SuccessorRegistry.unregister`
+undoes it). A type may also have named alternatives (``"mobilenet_v2"``) that a spec picks by name.
+
+One factory style (issue 15): a plain function ``factory(group)``, ``factory(group, model)`` or
+``factory(group, model, *, option=...)``. The options are the spec's (`ModuleSpec.options`, filled by the
+adapters' plans: the layer to copy, the stride of a downsampling group, ...); a factory gets the ones it
+names (all of them with ``**options``), so a user's ``factory(group)`` works under any adapter's plan.
 """
 
 from __future__ import annotations
 
 import copy
 import fnmatch
-from collections.abc import Callable, Sequence
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from torch import nn
 
-from .spec import ModuleSpec, Plan, Projection, SuccessorFactory, resolve
+from .spec import DEFAULT_SUCCESSOR, ModuleSpec, Plan, Projection, SuccessorFactory, resolve
 
 
 def _type_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-class SuccessorRegistry:
-    """Maps predecessor module types to successor factories.
+def _slot_name(cls: type, name: str) -> str:
+    return _type_name(cls) if name == DEFAULT_SUCCESSOR else f"{_type_name(cls)}:{name}"
 
-    Registering a type twice raises: silently overwriting a mapping hides bugs.
-    `unregister` exists for notebooks that re-run a registering cell.
+
+def _describe(factory: object) -> str:
+    return getattr(factory, "__qualname__", None) or repr(factory)
+
+
+@dataclass(frozen=True)
+class _Entry:
+    factory: SuccessorFactory
+    fallback: bool  # an adapter's default: it stays below any other registration for its slot
+
+
+class SuccessorRegistry:
+    """Maps predecessor module types (and, per type, alternative names) to successor factories.
+
+    A slot is a type and a name (``"default"`` unless given). Registering a slot twice raises: silently
+    overwriting a mapping hides bugs. Replacing one takes ``replace=True``, and `unregister` undoes the
+    latest registration of a slot, bringing back the one it replaced.
     """
 
     def __init__(self) -> None:
-        self._factories: dict[type, SuccessorFactory] = {}
+        self._slots: dict[tuple[type, str], list[_Entry]] = {}
 
-    def register(self, predecessor_type: type[nn.Module]) -> Callable[[SuccessorFactory], SuccessorFactory]:
-        """Decorator registering a plain function as the default successor factory.
+    def register(
+        self,
+        predecessor_type: type[nn.Module],
+        name: str = DEFAULT_SUCCESSOR,
+        *,
+        replace: bool = False,
+        fallback: bool = False,
+    ) -> Callable[[SuccessorFactory], SuccessorFactory]:
+        """Decorator registering a plain function as the successor factory of a slot.
 
         Args:
-            predecessor_type: The module type of the groups this factory compresses.
+            predecessor_type: The module type of the groups this factory compresses (a group is looked up
+                by the type of its first module, nearest registered base class first).
+            name: ``"default"`` for the factory specs use unless they name another, or the name of an
+                alternative (``"mobilenet_v2"``) that a spec picks with ``successor="mobilenet_v2"``.
+                (default: ``"default"``)
+            replace: Register over an existing entry of the slot; `unregister` brings that entry back.
+                (default: ``False``: an occupied slot raises)
+            fallback: An adapter's default: it goes below whatever is already registered for the slot, so a
+                user who registered first keeps their factory. A second fallback for a slot raises.
+                (default: ``False``)
 
         Raises:
-            TypeError: ``predecessor_type`` is not an ``nn.Module`` subclass.
-            KeyError: ``predecessor_type`` already has a factory.
+            TypeError: ``predecessor_type`` is not an ``nn.Module`` subclass, ``name`` not a string, or the
+                factory is not callable.
+            KeyError: the slot is taken and ``replace`` is not set.
         """
         if not (isinstance(predecessor_type, type) and issubclass(predecessor_type, nn.Module)):
             raise TypeError(f"register_successor expects an nn.Module subclass, got {predecessor_type!r}")
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"a successor's name must be a non-empty string, got {name!r}")
 
         def decorator(factory: SuccessorFactory) -> SuccessorFactory:
             if not callable(factory):
                 raise TypeError(f"a successor factory must be callable, got {factory!r}")
-            existing = self._factories.get(predecessor_type)
-            if existing is not None:
+            entries = self._slots.setdefault((predecessor_type, name), [])
+            if fallback:
+                if entries and entries[0].fallback:
+                    raise KeyError(
+                        f"{_slot_name(predecessor_type, name)} already has a default "
+                        f"({_describe(entries[0].factory)!r}); an adapter registers its defaults once"
+                    )
+                entries.insert(0, _Entry(factory, True))
+            elif entries and not replace:
                 raise KeyError(
-                    f"a successor for {_type_name(predecessor_type)} is already registered "
-                    f"({getattr(existing, '__qualname__', existing)!r}); unregister it first"
+                    f"a successor for {_slot_name(predecessor_type, name)} is already registered "
+                    f"({_describe(entries[-1].factory)!r}); pass replace=True to use yours instead "
+                    f"(unregister undoes it), or register it in a private th.SuccessorRegistry() for replace_"
                 )
-            self._factories[predecessor_type] = factory
+            else:
+                entries.append(_Entry(factory, False))
             return factory
 
         return decorator
 
-    def unregister(self, predecessor_type: type[nn.Module]) -> SuccessorFactory:
-        """Removes and returns the factory for ``predecessor_type``; raises `KeyError` if absent."""
-        try:
-            return self._factories.pop(predecessor_type)
-        except KeyError:
-            raise KeyError(f"no successor registered for {_type_name(predecessor_type)}") from None
+    def unregister(self, predecessor_type: type[nn.Module], name: str = DEFAULT_SUCCESSOR) -> SuccessorFactory:
+        """Removes and returns the latest factory of a slot (the one it replaced, if any, is used again).
 
-    def lookup(self, group: Sequence[nn.Module]) -> SuccessorFactory:
-        """The factory for a group, by the type of its first module (nearest registered base class)."""
-        for cls in type(group[0]).__mro__:
-            if cls in self._factories:
-                return self._factories[cls]
-        raise LookupError(
-            f"no successor registered for {_type_name(type(group[0]))}; pass ModuleSpec(..., successor=...) "
-            f"or register one with @register_successor({type(group[0]).__name__})"
-        )
+        Raises:
+            KeyError: nothing is registered for the slot.
+        """
+        entries = self._slots.get((predecessor_type, name))
+        if not entries:
+            raise KeyError(f"no successor registered for {_slot_name(predecessor_type, name)}")
+        entry = entries.pop()
+        if not entries:
+            del self._slots[(predecessor_type, name)]
+        return entry.factory
+
+    def get(self, predecessor_type: type[nn.Module], name: str = DEFAULT_SUCCESSOR) -> SuccessorFactory | None:
+        """The factory registered for exactly this type and name (no base classes), or ``None``."""
+        entries = self._slots.get((predecessor_type, name))
+        return entries[-1].factory if entries else None
+
+    def find(self, module_type: type, name: str = DEFAULT_SUCCESSOR) -> SuccessorFactory | None:
+        """The factory for ``module_type`` and ``name`` from the nearest registered base class, or ``None``."""
+        for cls in module_type.__mro__:
+            factory = self.get(cls, name)
+            if factory is not None:
+                return factory
+        return None
+
+    def names(self, module_type: type) -> list[str]:
+        """The names registered for ``module_type`` or a base class of it: the successors a spec can pick."""
+        bases = set(module_type.__mro__)
+        return sorted({name for cls, name in self._slots if cls in bases})
+
+    def lookup(self, group: Sequence[nn.Module], name: str = DEFAULT_SUCCESSOR) -> SuccessorFactory:
+        """The factory for a group, by the type of its first module (nearest registered base class).
+
+        Raises:
+            LookupError: none registered; the message lists the names that are.
+        """
+        return find_successor(type(group[0]), name, (self,))
 
     def list(self, pattern: str = "*") -> list[str]:
-        """Qualified names of the registered predecessor types matching a glob ``pattern``."""
-        names = sorted(_type_name(cls) for cls in self._factories)
+        """The registered slots matching a glob ``pattern``: ``"pkg.Type"`` for a type's default,
+        ``"pkg.Type:name"`` for a named alternative."""
+        names = sorted(_slot_name(cls, name) for cls, name in self._slots)
         return [name for name in names if fnmatch.fnmatchcase(name, pattern)]
 
     def __contains__(self, predecessor_type: object) -> bool:
-        return predecessor_type in self._factories
+        return (predecessor_type, DEFAULT_SUCCESSOR) in self._slots
 
     def __repr__(self) -> str:
         return f"SuccessorRegistry({self.list()})"
@@ -94,6 +176,72 @@ class SuccessorRegistry:
 DEFAULT_REGISTRY = SuccessorRegistry()
 register_successor = DEFAULT_REGISTRY.register
 list_successors = DEFAULT_REGISTRY.list
+
+
+def find_successor(
+    module_type: type, name: str = DEFAULT_SUCCESSOR, registries: Sequence[SuccessorRegistry] = (DEFAULT_REGISTRY,)
+) -> SuccessorFactory:
+    """The factory for groups starting with a ``module_type``: from the first of ``registries`` that has
+    one for the type or a base class of it (`replace_` passes its ``registry`` first, then the default).
+
+    Raises:
+        LookupError: no registry has one; the message lists the names they have for the type.
+    """
+    for registry in registries:
+        factory = registry.find(module_type, name)
+        if factory is not None:
+            return factory
+    available = sorted({n for registry in registries for n in registry.names(module_type)})
+    if available:
+        raise LookupError(
+            f"no successor {name!r} registered for {_type_name(module_type)}; the registered ones are {available}"
+        )
+    raise LookupError(
+        f"no successor registered for {_type_name(module_type)}; pass ModuleSpec(..., successor=...) "
+        f"or register one with @register_successor({module_type.__name__}) (an adapter registers its defaults "
+        f"when it is imported)"
+    )
+
+
+def build_successor(model: nn.Module, spec: ModuleSpec, registry: SuccessorRegistry | None = None) -> Any:
+    """The successor `replace_` builds for ``spec`` in ``model`` (before its projections), without changing
+    anything: the spec's factory, or the one the registries give for its group (``registry`` first, then the
+    default), called with the group, the model and the spec's options. To see what a plan will do.
+
+    Raises:
+        LookupError: no registry has a successor for the group (the message names the group).
+    """
+    group = list(resolve(model, spec.path).modules)
+    return call_factory(factory_for(spec, type(group[0]), registry), group, model, spec.options)
+
+
+def factory_for(spec: ModuleSpec, module_type: type, registry: SuccessorRegistry | None = None) -> SuccessorFactory:
+    """The factory of a spec whose group starts with a ``module_type``: its own, or the registries' for the
+    name it gives (``registry`` first, then the default registry)."""
+    if spec.successor is not None and not isinstance(spec.successor, str):
+        return spec.successor
+    registries = [DEFAULT_REGISTRY] if registry in (None, DEFAULT_REGISTRY) else [registry, DEFAULT_REGISTRY]
+    try:
+        return find_successor(module_type, spec.successor or DEFAULT_SUCCESSOR, registries)
+    except LookupError as error:
+        raise LookupError(f"group {spec.path!r}: {error}") from None
+
+
+def call_factory(factory: SuccessorFactory, group: list[nn.Module], model: nn.Module, options: Mapping[str, Any]):
+    """Calls a factory in the one style: ``factory(group)``, ``factory(group, model)``, with the keyword
+    ``options`` it names (every option when it takes ``**options``)."""
+    try:
+        parameters = list(inspect.signature(factory).parameters.values())
+    except (TypeError, ValueError):  # a builtin without a signature: the group only
+        return factory(group)
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    takes_all = any(p.kind is p.VAR_KEYWORD for p in parameters)
+    named = {p.name for p in parameters if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+    given = {key: value for key, value in options.items() if takes_all or key in named}
+    takes_model = len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in parameters)
+    for parameter in positional[: 2 if takes_model else 1]:
+        given.pop(parameter.name, None)  # an option never shadows the group or the model
+    return factory(group, model, **given) if takes_model else factory(group, **given)
 
 
 class copy_module:  # noqa: N801 - used like a function: successor=copy_module(0)
@@ -153,9 +301,10 @@ def plan(
     *,
     group_sizes: Sequence[int] | None = None,
     num_groups: int | None = None,
-    successor: SuccessorFactory | None = None,
+    successor: SuccessorFactory | str | None = None,
     in_proj: Projection = None,
     out_proj: Projection = None,
+    options: Mapping[str, Any] | None = None,
 ) -> Plan:
     """Specs replacing every module of a container by consecutive groups.
 
@@ -167,8 +316,8 @@ def plan(
             length; uneven sizes are fine (12 layers as 3, 3, 2, 2, 1, 1).
         num_groups: Instead of ``group_sizes``: this many groups as even as
             possible (`even_group_sizes`).
-        successor, in_proj, out_proj: Passed to every `ModuleSpec`; ``successor=None``
-            uses the registry.
+        successor, in_proj, out_proj, options: Passed to every `ModuleSpec`; ``successor=None``
+            uses the registry's default for the group's type, a string one of its named alternatives.
 
     Returns:
         A `Plan` with one spec per group, in order.
@@ -190,6 +339,6 @@ def plan(
     sizes = group_sizes_for(total, count, group_sizes)
     specs, start = [], 0
     for size in sizes:
-        specs.append(ModuleSpec(f"{container}[{start}:{start + size}]", successor, in_proj, out_proj))
+        specs.append(ModuleSpec(f"{container}[{start}:{start + size}]", successor, in_proj, out_proj, options or {}))
         start += size
     return Plan(tuple(specs))

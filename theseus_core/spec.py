@@ -10,15 +10,19 @@ it never mutates anything.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, overload
+from typing import Any, Literal, overload
 
 from torch import nn
 
-SuccessorFactory = Callable[[list[nn.Module]], nn.Module] | Callable[[list[nn.Module], nn.Module], nn.Module]
-"""Builds a successor from the list of predecessor modules of a group; a factory that takes a second
-argument also gets the model being replaced (before any change), e.g. to copy a layer outside the group."""
+SuccessorFactory = Callable[..., nn.Module]
+"""Builds a successor from the list of predecessor modules of a group, in one style: ``factory(group)``,
+``factory(group, model)`` (the model being replaced, before any change, e.g. to copy a layer outside the
+group), and the keyword options of the spec that it names (``factory(group, model, *, stride)``)."""
+
+DEFAULT_SUCCESSOR = "default"
+"""The registry name of a type's default successor; other names are alternatives a spec picks."""
 
 Projection = nn.Module | Literal["linear"] | None
 """A projection between widths: a module, ``"linear"`` to have one created, or ``None``."""
@@ -43,8 +47,9 @@ class ModuleSpec:
             with the model being replaced, before any change: resolve what you
             copy from there, not from a model captured when the spec was made,
             so that the spec works on copies of the model too.
-            ``None`` (default) asks the successor registry, keyed by the type of
-            the group's first module.
+            ``None`` (default) asks the successor registry for the default of
+            the type of the group's first module; a string asks it for that
+            named alternative (``"mobilenet_v2"``).
         in_proj: Applied to the group's input before the successor, when the
             successor is narrower (or wider) than the predecessor. A module, or
             ``"linear"`` to create a learned ``nn.Linear`` (a 1×1 convolution
@@ -52,19 +57,31 @@ class ModuleSpec:
             input width to the successor's. (default: ``None``)
         out_proj: The same at the group's output, from the successor's output
             width back to the predecessor's. (default: ``None``)
+        options: Keyword arguments for the successor factory, which gets those
+            it names (all of them when it takes ``**options``): adapters put
+            there what their builders need (the layer to copy, the stride of a
+            downsampling group). Not part of the spec's hash. (default: none)
 
     The spec is inert: nothing is resolved or built until `replace_`.
     """
 
     path: str
-    successor: SuccessorFactory | None = None
+    successor: SuccessorFactory | str | None = None
     in_proj: Projection = None
     out_proj: Projection = None
+    options: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.path, str):
             raise TypeError(f"ModuleSpec.path must be a string such as 'blocks[0:2]', got {type(self.path).__name__}")
         parse_path(self.path)  # raises with a readable message
+        if not isinstance(self.options, Mapping) or not all(isinstance(key, str) for key in self.options):
+            raise TypeError(f"ModuleSpec({self.path!r}).options must map option names to values, got {self.options!r}")
+        object.__setattr__(self, "options", dict(self.options))  # the spec's own copy
+        if isinstance(self.successor, str):
+            if not self.successor:
+                raise ValueError(f"ModuleSpec({self.path!r}).successor names no registered successor ('')")
+            return self._check_projections()
         if isinstance(self.successor, nn.Module):
             raise TypeError(
                 f"ModuleSpec({self.path!r}).successor got a module instance ({type(self.successor).__name__}), "
@@ -77,6 +94,9 @@ class ModuleSpec:
                 f"modules, got {type(self.successor).__name__}; pass a factory such as "
                 f"theseus_core.copy_module(0), or None to use the registry"
             )
+        self._check_projections()
+
+    def _check_projections(self) -> None:
         for name in ("in_proj", "out_proj"):
             value = getattr(self, name)
             if value is not None and value != "linear" and not isinstance(value, nn.Module):

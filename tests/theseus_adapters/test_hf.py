@@ -149,7 +149,7 @@ FAMILIES = {
 FAMILIES["qwen2"].options = {"group_sizes": [1, 3], "init": "every_other"}
 FAMILIES["llama"].options = {"init": [3, 1]}
 
-RELOAD = textwrap.dedent(
+WITHOUT_THESEUS = textwrap.dedent(
     """
     import json
     import sys
@@ -161,6 +161,12 @@ RELOAD = textwrap.dedent(
 
     sys.meta_path.insert(0, NoTheseus())
     import torch
+    """
+)
+"""The start of a script run in a process that cannot import theseus (`run_without_theseus`)."""
+
+RELOAD = WITHOUT_THESEUS + textwrap.dedent(
+    """
     import transformers
 
     for case in json.loads(sys.argv[1]):
@@ -231,13 +237,23 @@ def exported(tmp_path_factory, one_thread) -> dict[str, dict[str, Any]]:
             }
         )
         results[name] = entry
+    for name, reloaded in zip(FAMILIES, reload_without_theseus(cases), strict=True):
+        results[name]["reloaded"] = reloaded
+    return results
+
+
+def run_without_theseus(script: str, *arguments: str) -> None:
+    """Runs ``script`` (starting with `WITHOUT_THESEUS`) in a fresh process, one thread; fails on an error."""
+    command = [sys.executable, "-c", script, *arguments]
     environment = {**os.environ, "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-c", RELOAD, json.dumps(cases)]
     run = subprocess.run(command, capture_output=True, text=True, timeout=300, env=environment)
     assert run.returncode == 0, run.stderr
-    for name, case in zip(FAMILIES, cases, strict=True):
-        results[name]["reloaded"] = torch.load(case["result"])
-    return results
+
+
+def reload_without_theseus(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What `RELOAD` computed for each case: ``AutoModel*.from_pretrained`` in a process without theseus."""
+    run_without_theseus(RELOAD, json.dumps(cases))
+    return [torch.load(case["result"]) for case in cases]
 
 
 @pytest.mark.parametrize("name", FAMILIES)

@@ -128,10 +128,7 @@ def test_plan_groups_each_stage_into_consecutive_uneven_groups():
         "layer4[2:3]",
     ]
     mixed = resnet.plan(model, (1, 1, 1, 1), width=(1.0, 0.5, 1.0, 0.25))
-    successors = [
-        spec.successor(list(getattr(model, name)), model)
-        for spec, name in zip(mixed, resnet.stage_names(model), strict=True)
-    ]
+    successors = [th.build_successor(model, spec) for spec in mixed]
     assert [type(successor).__name__ for successor in successors] == ["BasicBlock", "Projected"] * 2
     assert successors[3].inner.conv1.out_channels == 512 // 4
 
@@ -148,8 +145,8 @@ def test_each_successor_starts_from_its_source_block_and_keeps_the_stage_downsam
     stage = model.layer3
     plan = resnet.plan(model, (1, 1, 2, 1), init=init)
     first_group, second_group = [spec for spec in plan if spec.path.startswith("layer3")]
-    downsampling = first_group.successor(list(stage[0:3]), model)
-    plain = second_group.successor(list(stage[3:6]), model)
+    downsampling = th.build_successor(model, first_group)
+    plain = th.build_successor(model, second_group)
 
     assert_same_state(state(plain), state(stage[sources[1]]))
     assert downsampling.conv2.stride == stage[0].conv2.stride == (2, 2)
@@ -164,7 +161,7 @@ def test_each_successor_starts_from_its_source_block_and_keeps_the_stage_downsam
 def test_downsampling_block_as_source_of_a_later_group_gives_a_shape_preserving_successor():
     model = tiny_timm_resnet(layers=(1, 3, 1, 1))
     plan = resnet.plan(model, (1, 2, 1, 1), init=[(0,), (1, 0), (0,), (0,)])
-    successor = plan[2].successor(list(model.layer2[2:3]), model)
+    successor = th.build_successor(model, plan[2])
     assert successor.downsample is None and successor.conv1.stride == (1, 1)
     assert torch.equal(successor.conv2.weight, model.layer2[0].conv2.weight)
     assert torch.equal(successor.conv1.weight, model.layer2[2].conv1.weight)  # block 0's takes 8 channels, not 16
@@ -173,7 +170,7 @@ def test_downsampling_block_as_source_of_a_later_group_gives_a_shape_preserving_
 def test_fresh_successor_has_the_group_configuration_and_new_weights():
     model = tiny_timm_resnet(bottleneck=True)
     group = list(model.layer2)
-    fresh = resnet.plan(model, init="fresh")[2].successor(group, model)
+    fresh = th.build_successor(model, resnet.plan(model, init="fresh")[2])
     expected = {name: tensor.shape for name, tensor in group[0].state_dict().items()}
     assert {name: tensor.shape for name, tensor in fresh.state_dict().items()} == expected
     assert fresh.conv2.stride == (2, 2) and fresh.downsample is not None

@@ -1,6 +1,7 @@
 """The successor registry raises on duplicates; plans split containers into (uneven) groups."""
 
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
@@ -99,3 +100,97 @@ def test_plan_makes_consecutive_uneven_groups():
 def test_plan_rejects_bad_groupings(kwargs, error, message):
     with pytest.raises(error, match=message):
         th.plan(ToyStack(num_blocks=4), "blocks", **kwargs)
+
+
+# ------------------------------------------------------------- adapters' defaults and users' overrides (issue 15)
+@pytest.fixture
+def isolated_default():
+    """The default registry as it was, whatever a test registers in it."""
+    saved = {slot: list(entries) for slot, entries in th.DEFAULT_REGISTRY._slots.items()}
+    yield th.DEFAULT_REGISTRY
+    th.DEFAULT_REGISTRY._slots.clear()
+    th.DEFAULT_REGISTRY._slots.update(saved)
+
+
+def test_replacing_takes_an_explicit_word_and_unregister_undoes_it():
+    registry = th.SuccessorRegistry()
+    adapters = registry.register(ToyBlock, fallback=True)(th.copy_module(0))
+    with pytest.raises(KeyError, match="replace=True"):
+        registry.register(ToyBlock)(th.copy_module(-1))
+    mine = registry.register(ToyBlock, replace=True)(th.copy_module(-1))
+    assert registry.lookup([ToyBlock(4)]) is mine
+    assert registry.unregister(ToyBlock) is mine
+    assert registry.lookup([ToyBlock(4)]) is adapters  # the adapter's default is back
+
+
+def test_an_adapters_default_goes_below_a_registration_made_before_it():
+    registry = th.SuccessorRegistry()
+    mine = registry.register(ToyBlock)(th.copy_module(-1))
+    registry.register(ToyBlock, fallback=True)(th.copy_module(0))  # the adapter imported later
+    assert registry.lookup([ToyBlock(4)]) is mine
+    with pytest.raises(KeyError, match="already has a default"):
+        registry.register(ToyBlock, fallback=True)(th.copy_module(0))
+
+
+def test_named_alternatives_are_listed_and_picked_by_name():
+    registry = th.SuccessorRegistry()
+    registry.register(ToyBlock)(th.copy_module(0))
+    narrow = registry.register(ToyBlock, "narrow")(lambda group: ToyBlock(2))
+    assert registry.lookup([SpecialBlock(4)], "narrow") is narrow
+    assert registry.names(SpecialBlock) == ["default", "narrow"]
+    assert registry.list("*ToyBlock*") == [
+        "theseus_core.testing.toys.ToyBlock",
+        "theseus_core.testing.toys.ToyBlock:narrow",
+    ]
+    with pytest.raises(LookupError, match=r"no successor 'wide' .* \['default', 'narrow'\]"):
+        registry.lookup([ToyBlock(4)], "wide")
+
+
+def test_a_private_registry_is_consulted_before_the_default_one(isolated_default):
+    th.register_successor(ToyBlock, fallback=True)(th.copy_module(0))
+    model = ToyStack(num_blocks=4)
+    first, last = model.blocks[0].fc1.weight.clone(), model.blocks[1].fc1.weight.clone()
+    private = th.SuccessorRegistry()
+    private.register(ToyBlock)(th.copy_module(-1))
+    theseus = th.replace_(model, th.plan(model, "blocks", num_groups=2), registry=private)
+    assert torch.equal(theseus.sites[0].successor.inner.fc1.weight, last)
+    theseus.restore()
+    theseus = th.replace_(model, th.plan(model, "blocks", num_groups=2), registry=th.SuccessorRegistry())
+    assert torch.equal(theseus.sites[0].successor.inner.fc1.weight, first)  # nothing private: the default
+
+
+def test_factories_get_the_options_they_name():
+    seen = []
+
+    def group_only(group):
+        seen.append(("group_only",))
+        return ToyBlock(group[0].width)
+
+    def with_model(group, model, *, stride):
+        seen.append(("with_model", type(model).__name__, stride))
+        return ToyBlock(group[0].width)
+
+    def everything(group, model, **options):
+        seen.append(("everything", options))
+        return ToyBlock(group[0].width)
+
+    model = ToyStack(num_blocks=6)
+    options = {"stride": 2, "source": 1}
+    specs = [
+        th.ModuleSpec(f"blocks[{2 * i}:{2 * i + 2}]", factory, options=options)
+        for i, factory in enumerate((group_only, with_model, everything))
+    ]
+    th.replace_(model, specs, registry=th.SuccessorRegistry())
+    assert seen == [("group_only",), ("with_model", "ToyStack", 2), ("everything", options)]
+
+
+def test_a_spec_names_a_registered_alternative():
+    registry = th.SuccessorRegistry()
+    registry.register(ToyBlock, "last")(th.copy_module(-1))
+    model = ToyStack(num_blocks=4)
+    last = model.blocks[1].fc1.weight.clone()
+    theseus = th.replace_(model, th.plan(model, "blocks", num_groups=2, successor="last"), registry=registry)
+    assert torch.equal(theseus.sites[0].successor.inner.fc1.weight, last)
+    theseus.restore()
+    with pytest.raises(LookupError, match=r"group 'blocks\[0:2\]': no successor 'first'"):
+        th.replace_(model, th.plan(model, "blocks", num_groups=2, successor="first"), registry=registry)

@@ -11,7 +11,7 @@ from torch import nn
 from torch_geometric.nn import Sequential as PygSequential
 from torch_geometric.nn.models.basic_gnn import BasicGNN
 
-from theseus_core import ModuleSpec, Plan, group_sizes_for
+from theseus_core import DEFAULT_REGISTRY, ModuleSpec, Plan, group_sizes_for, register_successor
 from theseus_core.spec import Projection
 
 from .convert import _convert_back, _Record
@@ -39,7 +39,7 @@ def _template_step(steps: Sequence[GNNStep], check_widths: bool) -> GNNStep:
 
 
 def copy_step(steps: list[GNNStep]) -> GNNStep:
-    """Default successor factory: a deep copy of one layer (step) of the group.
+    """Default successor factory (registered for `GNNStep`): a deep copy of one layer (step) of the group.
 
     The group's first layer, as BERT-of-Theseus initialises each successor from the bottom layer of its group;
     but the group that ends with a ``BasicGNN``'s last layer copies that last layer, which maps to
@@ -48,6 +48,9 @@ def copy_step(steps: list[GNNStep]) -> GNNStep:
     ``out_channels``); use `conv_successor` then.
     """
     return copy.deepcopy(_template_step(steps, check_widths=True))
+
+
+register_successor(GNNStep, fallback=True)(copy_step)
 
 
 class conv_successor:  # noqa: N801 - used like a function: successor=conv_successor(...)
@@ -129,7 +132,7 @@ def plan(
     num_layers: int = 2,
     *,
     group_sizes: Sequence[int] | None = None,
-    successor: Callable[[list[GNNStep]], nn.Module] | None = None,
+    successor: Callable[[list[GNNStep]], nn.Module] | str | None = None,
     in_proj: Projection = None,
     out_proj: Projection = None,
 ) -> Plan:
@@ -148,8 +151,9 @@ def plan(
         num_layers: Layers of the compressed GNN, ``1 <= num_layers <`` the GNN's. (default: ``2``)
         group_sizes: Layers per group, in order, summing to the GNN's layer count, e.g. ``[3, 1]``.
             (default: as even as possible, larger groups first; its length must equal ``num_layers``)
-        successor: Factory ``(list of GNNStep) -> nn.Module``. (default: `copy_step`; for another kind
-            of layer, `conv_successor`)
+        successor: Factory ``(list of GNNStep) -> nn.Module``, or the name of one registered for `GNNStep`.
+            (default: ``None``, the registry's default for `GNNStep`: `copy_step` unless a user registered
+            another; for another kind of layer, `conv_successor`)
         in_proj, out_proj: ``"linear"`` or ``None``, passed to every `theseus_core.ModuleSpec`: learned
             projections for successors whose widths differ from their group's. Not with ``jk="max"``,
             whose head takes every layer's output at the model's width. (default: ``None``)
@@ -179,10 +183,10 @@ def plan(
     specs = []
     for start, stop in itertools.pairwise(itertools.accumulate(sizes, initial=0)):
         group_path = f"{stack_path}[{start}:{stop}]"
-        if successor is None:  # check now what copy_step will do inside replace_
+        if successor is None and DEFAULT_REGISTRY.find(GNNStep) is copy_step:  # check now what replace_ will do
             try:
                 _template_step(steps[start:stop], check_widths=True)
             except ValueError as error:
                 raise ValueError(f"group {group_path}: {error}") from None
-        specs.append(ModuleSpec(group_path, copy_step if successor is None else successor, in_proj, out_proj))
+        specs.append(ModuleSpec(group_path, successor, in_proj, out_proj))
     return Plan(tuple(specs), on_finalize=_ConvertBack(path))

@@ -1,0 +1,152 @@
+"""Heterogeneous ResNet successors (issue 15): light blocks picked by name in `resnet.plan`, trained in place of
+groups of BasicBlocks / Bottlenecks, finalized into an ordinary module tree that a saved config rebuilds
+without theseus."""
+
+import json
+import textwrap
+
+import pytest
+import timm
+import torch
+from torchvision.models import resnet as tv_resnet
+
+import theseus_core as th
+from tests.theseus_adapters.test_hf import WITHOUT_THESEUS, run_without_theseus
+from theseus_adapters import light_blocks, resnet
+
+KINDS = tuple(light_blocks.BLOCKS)
+
+REBUILD = WITHOUT_THESEUS + textwrap.dedent(
+    """
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("light_blocks", sys.argv[1])  # the file alone, as a user copies it
+    light_blocks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(light_blocks)
+    for folder in sys.argv[2:]:
+        with open(f"{folder}/config.json") as file:
+            model = light_blocks.build_from_config(json.load(file))
+        model.load_state_dict(torch.load(f"{folder}/model.pt"), strict=True)
+        with torch.no_grad():
+            torch.save(model.eval()(torch.load(f"{folder}/images.pt")), f"{folder}/logits.pt")
+    """
+)
+
+
+def tiny_torchvision(bottleneck: bool) -> torch.nn.Module:
+    torch.manual_seed(0)
+    block, layers = (tv_resnet.Bottleneck, [1, 2, 1, 1]) if bottleneck else (tv_resnet.BasicBlock, [2, 2, 2, 2])
+    return tv_resnet.ResNet(block, layers, num_classes=3).eval()
+
+
+def images(size: int = 32) -> torch.Tensor:
+    return torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(1))
+
+
+def compress(model: torch.nn.Module, kind: str, blocks: tuple = (1, 1, 1, 1)) -> torch.nn.Module:
+    """Replacing with light successors, one training step at rate 0.5, then finalize."""
+    theseus = th.replace_(model, resnet.plan(model, blocks, successor=kind), example_inputs=(images(),))
+    theseus.rate = 0.5
+    optimizer = torch.optim.SGD(theseus.successor_parameters(), lr=0.01)
+    model.train()
+    model(images()).sum().backward()  # with rate 0.5 and 4 groups, seed 0 takes some successor
+    optimizer.step()
+    return theseus.finalize().eval()
+
+
+@pytest.fixture(scope="module")
+def rebuilt(tmp_path_factory):
+    """Per (kind, block type): the finalized model's logits, and those of the model a process without theseus
+    rebuilt from the saved config and state_dict."""
+    folder = tmp_path_factory.mktemp("light")
+    results, folders = {}, []
+    for kind in KINDS:
+        for bottleneck in (False, True):
+            compact = compress(tiny_torchvision(bottleneck), kind, (1, 1, 1, 1) if bottleneck else (1, 2, 1, 1))
+            case = folder / f"{kind}-{bottleneck}"
+            case.mkdir()
+            (case / "config.json").write_text(json.dumps(light_blocks.export_config(compact)))
+            torch.save(compact.state_dict(), case / "model.pt")
+            torch.save(images(), case / "images.pt")
+            with torch.no_grad():
+                results[kind, bottleneck] = {"model": compact, "logits": compact(images())}
+            folders.append(str(case))
+    run_without_theseus(REBUILD, light_blocks.__file__, *folders)
+    for entry, case in zip(results.values(), folders, strict=True):
+        entry["rebuilt"] = torch.load(f"{case}/logits.pt")
+    return results
+
+
+@pytest.mark.parametrize("bottleneck", [False, True])
+@pytest.mark.parametrize("kind", KINDS)
+def test_finalized_model_is_rebuilt_from_its_config_without_theseus(rebuilt, kind, bottleneck):
+    entry = rebuilt[kind, bottleneck]
+    torch.testing.assert_close(entry["rebuilt"], entry["logits"], rtol=0, atol=0)
+    compact = entry["model"]
+    stages = [compact.layer1, compact.layer2, compact.layer3, compact.layer4]
+    assert all(isinstance(block, light_blocks.BLOCKS[kind]) for stage in stages for block in stage)
+    assert not any(isinstance(module, (th.ReplacementSite, th.Projected)) for module in compact.modules())
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_light_successors_take_the_groups_stride_and_widths(kind):
+    model = tiny_torchvision(bottleneck=True)  # layer1 widens 64 -> 256 at stride 1; layer2 downsamples
+    theseus = th.replace_(model, resnet.plan(model, (1, 1, 1, 1), successor=kind), example_inputs=(images(),))
+    blocks = {site.path: site.successor.inner for site in theseus.sites}
+    assert [(b.in_channels, b.out_channels, b.stride) for b in blocks.values()] == [
+        (64, 256, 1),
+        (256, 512, 2),
+        (512, 1024, 2),
+        (1024, 2048, 2),
+    ]
+    predecessor = sum(p.numel() for site in theseus.sites for p in site.predecessor.parameters())
+    assert sum(p.numel() for p in theseus.successor_parameters()) < predecessor
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(("in_channels", "out_channels", "stride"), [(8, 8, 1), (8, 16, 2), (8, 16, 1), (16, 8, 2)])
+def test_light_blocks_map_shapes_as_their_config_says(kind, in_channels, out_channels, stride):
+    block = light_blocks.BLOCKS[kind](in_channels, out_channels, stride)
+    assert block(torch.randn(2, in_channels, 9, 9)).shape == (
+        2,
+        out_channels,
+        5 if stride == 2 else 9,
+        5 if stride == 2 else 9,
+    )
+    again = light_blocks.build_block(json.loads(json.dumps(block.config())))
+    assert again.config() == block.config() and again.state_dict().keys() == block.state_dict().keys()
+
+
+def test_timm_resnets_take_light_successors_too():
+    torch.manual_seed(0)
+    model = timm.create_model("resnet26d", pretrained=False, num_classes=3).eval()  # deep stem, avg-pool shortcut
+    compact = compress(model, "shufflenet_v2", (1, 1, 1, 1))
+    assert isinstance(compact.layer2[0], light_blocks.ShuffleUnit) and compact(images()).shape == (2, 3)
+    with pytest.raises(ValueError, match="describes torchvision ResNets"):
+        light_blocks.export_config(compact)
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        ({"successor": "mobilenet_v2", "width": 0.5}, ValueError, "leave width at 1"),
+        ({"successor": "mobilenet"}, LookupError, r"no successor 'mobilenet' .*'mobilenet_v2', 'shufflenet_v2'"),
+    ],
+)
+def test_named_successors_are_checked(options, error, message):
+    model = tiny_torchvision(bottleneck=False)
+    with pytest.raises(error, match=message):
+        th.replace_(model, resnet.plan(model, (1, 1, 1, 1), **options))
+
+
+def test_a_users_own_alternative_is_picked_by_name():
+    private = th.SuccessorRegistry()
+
+    @private.register(tv_resnet.BasicBlock, "plain_conv")
+    def plain_conv(group, *, in_channels, out_channels, stride):
+        return torch.nn.Sequential(torch.nn.Conv2d(in_channels, out_channels, 3, stride, 1), torch.nn.ReLU())
+
+    model = tiny_torchvision(bottleneck=False)
+    plan = resnet.plan(model, (1, 1, 1, 1), successor="plain_conv")
+    theseus = th.replace_(model, plan, registry=private, example_inputs=(images(),))
+    assert all(isinstance(site.successor.inner, torch.nn.Sequential) for site in theseus.sites)
