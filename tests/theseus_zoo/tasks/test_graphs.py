@@ -19,17 +19,6 @@ from theseus_zoo.data import graphs as graph_data
 from theseus_zoo.data.assets import MissingAssetError, asset_path
 from theseus_zoo.tasks import graphs
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Graphs of a few dozen nodes: a second intra-op thread only adds synchronisation (and, on a busy machine,
-    spinning), so these tests run on one."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 # ------------------------------------------------------------------------------------------------ gt reader
 SCALARS = {0: "B", 1: "h", 2: "i", 3: "q", 4: "d"}  # bool, int16, int32, int64, double: struct codes
 
