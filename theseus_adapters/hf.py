@@ -12,6 +12,12 @@ layer's ``layer_idx`` / ``layer_id`` (the KV cache's slot), and the per-layer co
 with its sliding windows, ...) taken from the layers kept. ``save_pretrained`` → ``AutoModel*.from_pretrained``
 then works without theseus, and a decoder's ``generate()`` with its KV cache gives the same tokens.
 
+Slim successors (issue 15): ``plan(model, heads=..., intermediate_size=...)`` prunes each successor copy to fewer
+heads and a smaller FFN at the same hidden size (`prune_layer_`, by weight magnitude), and finalize writes the new
+sizes into the config. The successors come from the registry: `layer_successor` is registered for transformers'
+``GradientCheckpointingLayer`` (the base of most layers) and ``MPNetLayer``; a user's registration for a layer
+type (``BertLayer``) wins.
+
 Refused, with the reason, before anything changes (`ValueError`): models whose stack hands state from one layer
 to the next (T5's ``position_bias``: layer 0 holds the relative-attention table the others use), whose
 layers' computation depends on their index (GPT-2 with ``scale_attn_by_inverse_layer_idx``), whose encoder

@@ -16,6 +16,13 @@ resnet34 compressed to ``blocks=(2, 2, 2, 2)`` has exactly resnet18's
 architecture, and its state_dict loads into ``torchvision.models.resnet18()``
 with ``strict=True``.
 
+The successors come from the registry (issue 15): this module registers `block_successor` as the default for
+torchvision's and timm's ``BasicBlock`` and ``Bottleneck``, and the light blocks of
+`theseus_adapters.light_blocks` as the alternatives ``"mobilenet_v2"``, ``"shufflenet_v2"`` and
+``"depthwise_separable"`` (``plan(model, blocks, successor="mobilenet_v2")``). A user's registration for these
+types (a private registry passed to ``replace_``, or ``register_successor(BasicBlock, replace=True)``) is what
+the plan then uses; each spec carries the options a factory may need.
+
 Batch norm needs nothing here: `theseus_core.replace_` keeps the statistics of
 every frozen batch norm (the predecessor blocks', and the stem's ``bn1`` unless
 ``train_others``) unchanged while the successors' batch norms train their own,
