@@ -7,7 +7,7 @@ import transformers
 from torch import nn
 
 import theseus_core as th
-from tests.theseus_adapters.test_hf import one_thread, reload_without_theseus, tokens  # noqa: F401 - one_thread is a fixture
+from tests.theseus_adapters.test_hf import reload_without_theseus, tokens
 from theseus_adapters import hf
 
 BERT = {"vocab_size": 64, "hidden_size": 32, "num_attention_heads": 4, "intermediate_size": 48}
@@ -32,7 +32,7 @@ CASES = {  # model, reloading class, hf.plan options, inputs
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory, one_thread):  # noqa: F811 - the fixture imported above
+def exported(tmp_path_factory):
     """Per case: the finalized slim model, its outputs, and what a process without theseus reloaded."""
     folder = tmp_path_factory.mktemp("slim")
     cases, results = [], {}
