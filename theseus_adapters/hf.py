@@ -361,7 +361,9 @@ def plan(
         intermediate_size: Slim successors with this FFN width, the neurons kept by `prune_layer_`.
             (default: ``None``, the predecessor's)
         successor: The registry's default for the layer type (`layer_successor` unless a user registered
-            another) when ``None``, a registered name, or a factory. (default: ``None``)
+            another) when ``None``, a registered name, or a factory. A layer class that derives from neither
+            ``GradientCheckpointingLayer`` nor ``MPNetLayer`` and has no registration gets `layer_successor`
+            directly. (default: ``None``)
 
     Every spec's options hold what a factory may need: ``stack`` (the `Stack`), ``source`` (index of the
     layer the successor starts from), ``hidden_size``, ``heads`` and ``intermediate_size``.
@@ -404,6 +406,9 @@ def plan(
     options = {"stack": found, "hidden_size": hidden_size if narrow else None}
     options |= {"heads": heads, "intermediate_size": intermediate_size}
     projection = "linear" if narrow else None
+    layer_type = type(model.get_submodule(found.path)[0])
+    if successor is None and th.DEFAULT_REGISTRY.find(layer_type) is None:  # a layer outside transformers' bases
+        successor = layer_successor
     specs = [
         th.ModuleSpec(spec.path, successor, projection, projection, {**options, "source": source})
         for spec, source in zip(th.plan(model, found.path, group_sizes=sizes), sources, strict=True)

@@ -149,3 +149,16 @@ def private_for(name: str) -> th.SuccessorRegistry:
     private = th.SuccessorRegistry()
     private.register(ADAPTERS[name].block_type)(users_factory(ADAPTERS[name]))
     return private
+
+
+def test_a_transformers_layer_outside_the_registered_bases_is_still_copied():
+    """XLNet's layers derive from neither ``GradientCheckpointingLayer`` nor ``MPNetLayer``: with nothing
+    registered for them, the plan falls back on `hf.layer_successor` instead of failing inside ``replace_``."""
+    config = transformers.XLNetConfig(vocab_size=50, d_model=32, n_layer=4, n_head=2, d_inner=64)
+    model = transformers.XLNetModel(config).eval()
+    assert th.DEFAULT_REGISTRY.find(type(model.layer[0])) is None
+    ids = torch.randint(0, 50, (2, 7), generator=torch.Generator().manual_seed(0))
+    theseus = th.replace_(model, hf.plan(model, num_layers=2, init="last"), example_kwargs={"input_ids": ids})
+    finalized = theseus.finalize()
+    assert len(finalized.layer) == 2 and finalized.config.n_layer == 2
+    finalized(input_ids=ids)
