@@ -28,17 +28,21 @@ MINILM_ROTTEN_TOMATOES = register_recipe(
 ROTTEN_TOMATOES_SPLIT = {"dataset": "rotten-tomatoes", "dev_fraction": 0.1, "test_fraction": 0.2}
 
 
-def _rotten_tomatoes_recipe(labels: str, num_layers: int) -> Recipe:
+def _rotten_tomatoes_recipe(labels: str, num_layers: int, intermediate_size: int | None = None) -> Recipe:
+    slim = intermediate_size is not None
     return Recipe(
-        name=f"minilm-rt-{labels}-{num_layers}l",
+        name=f"minilm-rt-{labels}-{num_layers}l" + ("-slim" if slim else ""),
         family="bert",
-        description=f"all-MiniLM-L6-v2 6 -> {num_layers} layers on Rotten Tomatoes, {labels} labels (70/10/20 split)",
+        description=f"all-MiniLM-L6-v2 6 -> {num_layers} layers"
+        + (f" with FFN 1536 -> {intermediate_size} (slim successors)" if slim else "")
+        + f" on Rotten Tomatoes, {labels} labels (70/10/20 split)",
         options={
             "model": "all-minilm-l6-v2",
             **ROTTEN_TOMATOES_SPLIT,
             "labels": labels,
             "num_layers": num_layers,
             "init": "group_last",
+            **({"intermediate_size": intermediate_size} if slim else {}),
         },
         predecessor=Phase(steps=700, lr=5e-5, batch_size=32, eval_every=100, warmup_steps=70),
         replacing=Phase(steps=1000, lr=1e-4, batch_size=32, eval_every=100),
@@ -52,6 +56,14 @@ ROTTEN_TOMATOES_RECIPES = {
     for labels in ("binary", "five", "regression")
     for layers in (3, 2, 1)
 }
+
+# Slim successors (the registry issue): 3 layers whose FFN keeps the 768 of 1,536 neurons with the largest weights,
+# against truncated fine-tuning and KD of the same shape; about as many encoder parameters as 2 full layers.
+SLIM_ROTTEN_TOMATOES_RECIPES = {
+    labels: register_recipe(_rotten_tomatoes_recipe(labels, 3, intermediate_size=768))
+    for labels in ("five", "regression")
+}
+
 
 # The paper's reference setup (BERT-of-Theseus §4.1): BERT-base fine-tuned 4 epochs at batch 32, lr 2e-5, then
 # compressed 12 -> 6 with b = 0.3 and lr 2e-5 (a point of the paper's grid; `theseus sweep --paper-grid` runs the

@@ -15,7 +15,11 @@ Family ``"bert"``. Its options (all optional):
   ``split`` (`theseus_zoo.data.tables`).
 - ``split_seed``, ``dev_fraction``, ``test_fraction``: the fixed stratified split of the datasets
   that have none of their own (default: 0, 0.1, 0.1).
-- ``num_layers``, ``init``, ``group_sizes``: as in `theseus_adapters.bert.plan`.
+- ``num_layers``, ``init``, ``group_sizes``: as in `theseus_adapters.hf.plan`.
+- ``heads``, ``intermediate_size``: slim successors (`theseus_adapters.hf.plan`): fewer attention heads and/or a
+  narrower FFN at the same hidden size, pruned from the layer each starts from by weight magnitude; the
+  ``truncated`` and ``kd`` baselines are pruned the same way and ``scratch`` has the same shape. (default: the
+  predecessor's)
 - ``max_length``: tokens per example (default: the GLUE task's, 128 or 256; 128 for Rotten Tomatoes);
   batches are padded to their longest example only (dynamic padding).
 - ``eval_batch_size``: examples per evaluation forward (default: 128).
@@ -62,6 +66,8 @@ class TextOptions:
     num_layers: int = field(default=3, metadata={"min": 1})
     init: str | tuple[int, ...] = "first"
     group_sizes: tuple[int, ...] | None = None
+    heads: int | None = field(default=None, metadata={"min": 1})
+    intermediate_size: int | None = field(default=None, metadata={"min": 1})
     max_length: int | None = field(default=None, metadata={"min": 1})
     eval_batch_size: int = field(default=128, metadata={"min": 1})
 
@@ -70,7 +76,7 @@ class TextClassificationTask:
     """`Task` for transformers sequence classifiers (BERT, RoBERTa, MiniLM, MPNet); options in `TextOptions` and
     the module doc."""
 
-    compression_options = ("num_layers", "init", "group_sizes")
+    compression_options = ("num_layers", "init", "group_sizes", "heads", "intermediate_size")
     """Options that shape the successor only: runs that differ in them can share a fine-tuned predecessor."""
 
     def __init__(self, options: dict[str, Any], seed: int) -> None:
@@ -85,6 +91,7 @@ class TextClassificationTask:
             "test_fraction": parsed.test_fraction,
         }
         self.num_layers, self.init, self.group_sizes = parsed.num_layers, parsed.init, parsed.group_sizes
+        self.heads, self.intermediate_size = parsed.heads, parsed.intermediate_size
         self.max_length, self.eval_batch_size = parsed.max_length, parsed.eval_batch_size
         self.glue = None
         if self.dataset_name.startswith("glue/"):
@@ -117,6 +124,10 @@ class TextClassificationTask:
                 f"num_layers must be an integer in [1, {layers}) for {self.model_name}, got {self.num_layers}"
             )
         th.group_sizes_for(layers, self.num_layers, self.group_sizes)
+        from transformers import AutoModelForSequenceClassification
+
+        with torch.device("meta"):  # the adapter's own checks (init, slim shapes) on a model without memory
+            self.plan(AutoModelForSequenceClassification.from_config(self.config()))
         self.examples()  # loads and tokenizes: a missing dataset or column fails here, before training
 
     @property
@@ -323,12 +334,20 @@ class TextClassificationTask:
         return {**metrics, "score": task_score(self.glue, results) if split != "dev" else results[names[0]]["score"]}
 
     def plan(self, model: nn.Module) -> th.Plan:
-        from theseus_adapters import bert
+        from theseus_adapters import hf
 
-        return bert.plan(model, self.num_layers, init=self.init, group_sizes=self.group_sizes)
+        return hf.plan(
+            model,
+            self.num_layers,
+            init=self.init,
+            group_sizes=self.group_sizes,
+            heads=self.heads,
+            intermediate_size=self.intermediate_size,
+        )
 
     def truncated(self, predecessor: nn.Module) -> nn.Module:
-        """The predecessor with only the layers the successors start from (the bottom ones for ``init="first"``)."""
+        """The predecessor with only the layers the successors start from (the bottom ones for ``init="first"``),
+        pruned as the successors are when they are slim."""
         model = copy.deepcopy(predecessor)
         return th.replace_(model, self.plan(model)).finalize()
 
@@ -337,6 +356,10 @@ class TextClassificationTask:
 
         config = self.config()
         config.num_hidden_layers = self.num_layers
+        if self.heads is not None:
+            config.num_attention_heads = self.heads
+        if self.intermediate_size is not None:
+            config.intermediate_size = self.intermediate_size
         return AutoModelForSequenceClassification.from_config(config)
 
     def latency_batch(self) -> dict[str, torch.Tensor]:

@@ -136,6 +136,20 @@ def test_the_truncated_baseline_is_the_bottom_layers_of_the_predecessor(tiny_mod
     assert task.scratch().config.num_hidden_layers == 2
 
 
+def test_slim_successors_and_their_baselines_share_one_narrower_shape(tiny_model, tmp_path):
+    options = {"model": str(tiny_model), "dataset": "glue/sst2", "data_dir": str(write_glue(tmp_path, "sst2"))}
+    task = text.TextClassificationTask({**options, "num_layers": 2, "intermediate_size": 24}, 0)
+    predecessor = task.build_predecessor()
+    truncated, scratch = task.truncated(predecessor), task.scratch()
+    for model in (truncated, scratch):
+        assert model.config.intermediate_size == 24 and model.config.num_hidden_layers == 2
+        assert all(layer.intermediate.dense.out_features == 24 for layer in model.bert.encoder.layer)
+    assert truncated.num_parameters() == scratch.num_parameters() < predecessor.num_parameters()
+    assert compress(tmp_path, {**options, "num_layers": 2, "intermediate_size": 24}) == 0
+    exported = BertForSequenceClassification.from_pretrained(tmp_path / "run" / "model")
+    assert exported.config.intermediate_size == 24 and exported.config.num_hidden_layers == 2
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
@@ -143,6 +157,9 @@ def test_the_truncated_baseline_is_the_bottom_layers_of_the_predecessor(tiny_mod
         ({"dataset": "imdb"}, "unknown dataset 'imdb'"),
         ({"dataset": "glue/wnli"}, "unknown GLUE task 'wnli'"),
         ({"colour": 1}, "unknown bert options ['colour']"),
+        ({"num_layers": 2, "intermediate_size": 64}, "intermediate_size must be an integer in [1, 48]"),
+        ({"num_layers": 2, "heads": 2}, "heads= needs a config that sets head_dim"),
+        ({"num_layers": 2, "init": "middle"}, "init must be one of"),
     ],
 )
 def test_bad_options_end_in_one_line_before_training(tiny_model, tmp_path, capsys, options, message):
