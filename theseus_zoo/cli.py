@@ -10,11 +10,19 @@
 
 Bad input ends with one line on stderr that says what to do (exit status 2),
 before any training. Ctrl-C keeps the last checkpoint: ``--resume`` continues.
+
+``compress`` also runs as several processes, one per CPU share or GPU::
+
+    torchrun --standalone --nproc_per_node 2 -m theseus_zoo.cli compress --recipe NAME ...
+
+Rank 0 prints the report (and an error every rank met, once); ``sweep`` and
+``analyze`` run in one process.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -82,6 +90,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name}: {fetch_asset(name)}")
             return 0
         recipe = _recipe(args)
+        if args.command in ("sweep", "analyze") and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise ValueError(
+                f"theseus {args.command} runs in one process; start it without torchrun (compress runs under it)"
+            )
         if args.command == "sweep":
             from .training.sweep import PAPER_GRID, markdown, parse_grid, sweep
 
@@ -113,16 +125,28 @@ def main(argv: list[str] | None = None) -> int:
         run = Run(
             recipe, out, resume=args.resume, progress=not args.no_progress, predecessor_from=args.predecessor_from
         )
-        run.run()
+        run.run()  # returns on every rank once rank 0 has written the report
     except (ValueError, KeyError, FileNotFoundError) as error:
-        print(f"theseus: error: {error}", file=sys.stderr)
+        if not getattr(error, "quiet", False):  # one line, not one per rank, for an error every rank met
+            print(f"theseus: error: {error}", file=sys.stderr, flush=True)
+        if getattr(error, "on_every_rank", False):
+            _leave_together()  # rank 0's line is out before the launcher sees a rank exit
         return 2
     except KeyboardInterrupt:
         print("\ntheseus: interrupted; the last checkpoint is kept: rerun with --resume", file=sys.stderr)
         return 130
-    print((out / "report.md").read_text())
-    print(f"report, curves.png, metrics.jsonl and the exported model are in {out}")
+    if run.main:
+        print((out / "report.md").read_text())
+        print(f"report, curves.png, metrics.jsonl and the exported model are in {out}")
+    _leave_together()
     return 0
+
+
+def _leave_together() -> None:
+    """Under torchrun, waits for every rank and leaves the process group; nothing in one process."""
+    from .training.ranks import leave
+
+    leave()
 
 
 if __name__ == "__main__":

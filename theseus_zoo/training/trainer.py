@@ -13,21 +13,29 @@ same data order, routes and schedule step:
 4. ``report``: test metrics, parameters, size on disk, measured speedup, export,
    ``report.json`` / ``report.md`` and ``curves.png``.
 
-The loop runs on Hugging Face ``accelerate``: under ``accelerate launch`` every
-process takes its shard of each batch, and ranks draw the same routes (same seed).
-Metrics go to ``metrics.jsonl``, and to TensorBoard (``<out>/tensorboard``) when
-the ``tensorboard`` package is installed.
+The loop runs on Hugging Face ``accelerate``. Under ``torchrun --nproc_per_node N``
+(gloo on CPUs, nccl on GPUs) every process takes its part of each batch and
+gradients are averaged; the ranks agree on the recipe before anything else (a
+mismatch is one line, not a hang), draw the same routes (the handle's generator,
+from the recipe seed: its fingerprint is compared at every evaluation) and
+different dropout masks (`ranks.ForwardRng`); rank 0 alone evaluates on dev,
+takes the lock and writes every file (checkpoints, metrics, report, export) while
+the others wait where its files or its word are needed (`theseus_zoo.training.ranks`).
+The logged loss is the mean over ranks. Metrics go to ``metrics.jsonl``, and to
+TensorBoard (``<out>/tensorboard``) when the ``tensorboard`` package is installed.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import random
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +49,7 @@ import theseus_core as th
 
 from ..recipes import Phase, Recipe
 from ..tasks import Task, build_task
+from . import ranks
 from .checkpoints import previous_of, read_checkpoint, write_checkpoint
 from .losses import ConsistencyLoss, frozen_teacher, soft_loss
 from .optimization import (
@@ -60,7 +69,14 @@ CHECKPOINT = "checkpoint.pt"
 
 
 class RunError(ValueError):
-    """Bad input for a run, found before any training; the message says what to do."""
+    """Bad input for a run, found before any training; the message says what to do.
+
+    In a multi-process run, ``on_every_rank`` marks an error every rank raises at once (`Run._together`): only
+    rank 0's is printed (the others are ``quiet``), and the ranks leave together (`ranks.leave`)."""
+
+    def __init__(self, message: str, *, on_every_rank: bool = False, quiet: bool = False) -> None:
+        super().__init__(message)
+        self.on_every_rank, self.quiet = on_every_rank, quiet
 
 
 @dataclass
@@ -76,18 +92,25 @@ def atomic_save(obj: Any, path: Path) -> None:
     write_checkpoint(obj, path)
 
 
-def _rng_state() -> dict[str, Any]:
+def _rng_state(forward: ranks.ForwardRng | None = None) -> dict[str, Any]:
+    """The shared RNG states (the same on every rank), and with ``forward`` every rank's forward stream, gathered
+    (a collective: every rank calls it)."""
     state = {"torch": torch.get_rng_state(), "python": random.getstate()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
+    if forward is not None:
+        state["forward"] = ranks.all_gather(forward.state)
     return state
 
 
-def _set_rng_state(state: dict[str, Any]) -> None:
+def _set_rng_state(state: dict[str, Any], forward: ranks.ForwardRng | None = None, rank: int = 0) -> None:
     torch.set_rng_state(state["torch"])
     random.setstate(_as_python_state(state["python"]))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+    saved = state.get("forward")
+    if forward is not None and saved is not None and rank < len(saved):  # else: another number of processes
+        forward.state = saved[rank]
 
 
 def _as_python_state(state: Any) -> tuple:
@@ -112,49 +135,92 @@ class Run:
         its own; that run must have the same family, options and predecessor phase (its seed may differ: seeds
         then vary the compression and the baselines only)."""
         self.recipe, self.out, self.progress = recipe, Path(out), progress
-        checkpoint = self.out / CHECKPOINT
-        started = checkpoint.exists() or previous_of(checkpoint).exists()
-        if resume and not started:
-            raise RunError(f"--resume: no {CHECKPOINT} in {self.out}; start without --resume")
-        if not resume and started:
-            raise RunError(f"{self.out} holds a run already; pass --resume to continue it, or choose another --out")
-        _check_writable(self.out)
-        self.task: Task = build_task(recipe.family, recipe.options, recipe.seed)
-        self.task.check()
-        borrowed = None
-        if predecessor_from and not resume:
-            ignored = getattr(self.task, "compression_options", ())
-            borrowed = _finished_predecessor(Path(predecessor_from), recipe, ignored)
-            borrowed.pop("rng", None)  # this run's seed, not the other run's, drives what comes after
-        state: dict[str, Any] = read_checkpoint(checkpoint) if resume else {"done": {}}
-        if resume and state.get("recipe") != recipe.to_dict():
-            raise RunError(
-                f"--resume: the run in {self.out} used another recipe (see its recipe.json); "
-                f"resume with the same --recipe, --config and flags"
-            )
-        # --- nothing above this line writes anything ---
-        self.out.mkdir(parents=True, exist_ok=True)
-        self.lock = RunLock(self.out)
-        self.accelerator = Accelerator(
+        self.accelerator = Accelerator(  # writes nothing; under torchrun, joins the process group
             cpu=not torch.cuda.is_available(),
             kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)],  # one branch per step
+        )
+        self.main, self.processes = self.accelerator.is_main_process, self.accelerator.num_processes
+        mismatch = ranks.disagreement(ranks.all_gather(recipe.to_dict()))
+        if mismatch is not None:  # before any collective that different recipes would leave waiting
+            raise RunError(
+                f"the {self.processes} processes were given different recipes ({mismatch}); give every process the "
+                f"same --recipe, --config and flags",
+                on_every_rank=True,
+                quiet=not self.main,
+            )
+        checkpoint = self.out / CHECKPOINT
+        with self._together():  # every rank checks, reading only
+            started = checkpoint.exists() or previous_of(checkpoint).exists()
+            if resume and not started:
+                raise RunError(f"--resume: no {CHECKPOINT} in {self.out}; start without --resume")
+            if not resume and started:
+                raise RunError(f"{self.out} holds a run already; pass --resume to continue it, or choose another --out")
+            _check_writable(self.out)
+            self.task: Task = build_task(recipe.family, recipe.options, recipe.seed)
+            self.task.check()
+            borrowed = None
+            if predecessor_from and not resume:
+                ignored = getattr(self.task, "compression_options", ())
+                borrowed = _finished_predecessor(Path(predecessor_from), recipe, ignored)
+                borrowed.pop("rng", None)  # this run's seed, not the other run's, drives what comes after
+            state: dict[str, Any] = read_checkpoint(checkpoint) if resume else {"done": {}}
+            if resume and state.get("recipe") != recipe.to_dict():
+                raise RunError(
+                    f"--resume: the run in {self.out} used another recipe (see its recipe.json); "
+                    f"resume with the same --recipe, --config and flags"
+                )
+        # --- nothing above this line writes anything; below, rank 0 alone writes ---
+        if resume and state.get("processes", 1) != self.processes and self.main:
+            print(
+                f"theseus: warning: the run in {self.out} was checkpointed with {state.get('processes', 1)} "
+                f"process(es) and resumes with {self.processes}: each rank's part of the batch and dropout stream "
+                f"change, so it will not end where an uninterrupted run would",
+                file=sys.stderr,
+            )
+        self.forward_rng = (
+            ranks.ForwardRng(recipe.seed, self.accelerator.process_index, self.accelerator.device)
+            if self.processes > 1
+            else None  # one process: forwards draw from the global RNG, as they always did
         )
         self.state = state
         if borrowed is not None:
             self.state["done"]["predecessor"] = {**borrowed, "from": str(predecessor_from)}
         self.state["recipe"] = recipe.to_dict()
-        metrics = self.out / "metrics.jsonl"
-        if resume:
-            _repair_metrics(metrics, self.state["metrics_bytes"])
-        else:
-            for stale in ("metrics.jsonl", "report.json", "report.md", "curves.png"):  # a fresh run appends to nothing
-                (self.out / stale).unlink(missing_ok=True)
-        (self.out / "recipe.json").write_text(json.dumps(recipe.to_dict(), indent=2) + "\n")
-        self.tensorboard = _tensorboard_writer(self.out / "tensorboard") if self.accelerator.is_main_process else None
+        self.state["processes"] = self.processes
+        self.lock: RunLock | None = None
+        with self._together():  # the others wait for rank 0's lock and files, and fail with it
+            if self.main:
+                self.out.mkdir(parents=True, exist_ok=True)
+                self.lock = RunLock(self.out)
+                metrics = self.out / "metrics.jsonl"
+                if resume:
+                    _repair_metrics(metrics, self.state["metrics_bytes"])
+                else:
+                    for stale in ("metrics.jsonl", "report.json", "report.md", "curves.png"):  # appends to nothing
+                        (self.out / stale).unlink(missing_ok=True)
+                (self.out / "recipe.json").write_text(json.dumps(recipe.to_dict(), indent=2) + "\n")
+        self.tensorboard = _tensorboard_writer(self.out / "tensorboard") if self.main else None
+
+    @contextmanager
+    def _together(self) -> Iterator[None]:
+        """Runs the block on every rank, then raises on every rank what any rank's block raised (naming that rank),
+        so that no rank waits at the next collective for one that gave up; a barrier when none did. In one process,
+        the block's own error as it was."""
+        failure = None
+        try:
+            yield
+        except (ValueError, KeyError, FileNotFoundError) as error:  # the errors the cli reports in one line
+            if self.processes == 1:
+                raise
+            failure = str(error)
+        for rank, message in enumerate(ranks.all_gather(failure)):
+            if message is not None:
+                where = "" if rank == 0 else f"rank {rank}: "
+                raise RunError(where + message, on_every_rank=True, quiet=not self.main) from None
 
     # ----------------------------------------------------------------- logging
     def log(self, record: dict[str, Any]) -> None:
-        if self.accelerator.is_main_process:
+        if self.main:
             with open(self.out / "metrics.jsonl", "a") as stream:
                 stream.write(json.dumps(record) + "\n")
             if self.tensorboard is not None:
@@ -166,12 +232,19 @@ class Run:
                     self.tensorboard.add_scalar(f"{phase}/dev_{name}", value, step)
 
     def save(self, **state: Any) -> None:
-        """Checkpoints atomically, with the length of metrics.jsonl so a resume drops the lines logged after."""
+        """Checkpoints atomically, with the length of metrics.jsonl so a resume drops the lines logged after (rank 0
+        writes; the state it saves is the same on every rank but for the forward streams, gathered in it)."""
         self.state.update(state)
-        metrics = self.out / "metrics.jsonl"
-        self.state["metrics_bytes"] = metrics.stat().st_size if metrics.exists() else 0
-        if self.accelerator.is_main_process:
+        if self.main:
+            metrics = self.out / "metrics.jsonl"
+            self.state["metrics_bytes"] = metrics.stat().st_size if metrics.exists() else 0
             atomic_save(self.state, self.out / CHECKPOINT)
+
+    def _rng_state(self) -> dict[str, Any]:
+        return _rng_state(self.forward_rng)
+
+    def _set_rng_state(self, state: dict[str, Any]) -> None:
+        _set_rng_state(state, self.forward_rng, self.accelerator.process_index)
 
     # ------------------------------------------------------------------ phases
     def run(self) -> dict[str, Any]:
@@ -180,14 +253,15 @@ class Run:
         try:
             return self._run()
         finally:
-            self.lock.release()
+            if self.lock is not None:
+                self.lock.release()
 
     def _finished(self, phase: str) -> bool:
         """Whether ``phase`` is done; if so, the RNG continues from where that phase left it, so that a resumed run
         draws what an uninterrupted one would (dropout masks, fresh initialisations)."""
         done = self.state["done"].get(phase)
         if done is not None and "rng" in done:
-            _set_rng_state(done["rng"])
+            self._set_rng_state(done["rng"])
         return done is not None
 
     def _run(self) -> dict[str, Any]:
@@ -230,7 +304,8 @@ class Run:
             baselines[name] = baseline
         if self.tensorboard is not None:
             self.tensorboard.close()
-        return self._report(predecessor, compact, baselines)
+        # rank 0 tests, times, exports and writes; the others wait for its report (and so for its files)
+        return ranks.from_rank_zero(self._report(predecessor, compact, baselines) if self.main else None)
 
     def _replacing_parameters(self, model: nn.Module, theseus: th.Theseus) -> list[ParameterGroup]:
         """The successors' parameters, and with ``unfreeze_at_one`` those it unfreezes at p = 1 (frozen until then:
@@ -308,7 +383,7 @@ class Run:
             optimizer.load_state_dict(current["optimizer"])
             if theseus is not None:
                 theseus.load_state_dict(current["routing"])
-            _set_rng_state(current["rng"])
+            self._set_rng_state(current["rng"])
             step, best, seconds_before = current["step"], current["best"], current.get("seconds", 0.0)
             stop = current.get("stop", False)  # checkpoints of theseus 0.1.0 have neither
         else:
@@ -324,7 +399,7 @@ class Run:
                     "weights": _cpu_state(unwrapped),
                     "optimizer": optimizer.state_dict(),
                     "routing": theseus.state_dict() if theseus is not None else None,
-                    "rng": _rng_state(),
+                    "rng": self._rng_state(),
                     "best": best,
                     "stop": stop,  # an early stop decided at this evaluation holds after a resume
                     "seconds": seconds_before + time.perf_counter() - started,
@@ -338,7 +413,10 @@ class Run:
         per_process = max(1, phase.batch_size // self.accelerator.num_processes)
         steps_per_epoch = max(1, len(train) // phase.batch_size)
         stream = "predecessor" if phase_name == "predecessor" else "compression"
-        bar = tqdm(total=phase.steps, initial=step, desc=phase_name, disable=not self.progress, leave=False)
+        bar = tqdm(
+            total=phase.steps, initial=step, desc=phase_name, disable=not (self.progress and self.main), leave=False
+        )
+        forward = self.forward_rng.active if self.forward_rng is not None else nullcontext
         while step < phase.steps and not stop:
             epoch, offset = divmod(step, steps_per_epoch)
             order = torch.randperm(len(train), generator=data_order_generator(self.recipe.seed, stream, epoch))
@@ -354,15 +432,20 @@ class Run:
                 for group in optimizer.param_groups:
                     group["lr"] = lr
                 model.train()
-                value, _ = compute_loss(model, batch)
-                if not torch.isfinite(value):
-                    raise RunError(
-                        f"the loss of step {step + 1} of {phase_name} is {value.item()}: the run stops, its last good "
-                        f"checkpoint kept; lower the learning rate ({lr:g}) or look at the data, then --resume"
-                    )
-                record = {"phase": phase_name, "step": step + 1, "loss": value.item(), "lr": lr}
-                if value.requires_grad:  # every group on its frozen predecessor: nothing to learn this step
-                    self.accelerator.backward(value)
+                with forward():  # this rank's dropout masks
+                    value, _ = compute_loss(model, batch)
+                    mean = self.accelerator.reduce(value.detach(), "mean").item()  # over ranks: what is logged
+                    if not math.isfinite(mean):  # on every rank alike, since the mean is the same everywhere
+                        raise RunError(
+                            f"the loss of step {step + 1} of {phase_name} is {mean}: the run stops, its last good "
+                            f"checkpoint kept; lower the learning rate ({lr:g}) or look at the data, then --resume",
+                            on_every_rank=self.processes > 1,
+                            quiet=not self.main,
+                        )
+                    if value.requires_grad:  # every group on its frozen predecessor: nothing to learn this step
+                        self.accelerator.backward(value)
+                record = {"phase": phase_name, "step": step + 1, "loss": mean, "lr": lr}
+                if value.requires_grad:
                     if phase.max_grad_norm is not None:
                         norm = self.accelerator.clip_grad_norm_(trained, phase.max_grad_norm)
                         record["grad_norm"] = float(norm)
@@ -374,7 +457,7 @@ class Run:
                     record["rate"] = theseus.rate
                 evaluate = step % phase.eval_every == 0 or step == phase.steps
                 if evaluate:
-                    metrics = self.task.evaluate(unwrapped, "dev")
+                    metrics = self._evaluate(unwrapped, theseus, record, step)
                     record["dev"] = metrics
                     value = metrics[self.task.metric]
                     at_one = theseus is None or theseus.rate >= 1.0
@@ -401,10 +484,40 @@ class Run:
             "best_step": best["step"],
             "steps": step,
             "seconds": seconds_before + time.perf_counter() - started,  # wall-clock, evaluations included
-            "rng": _rng_state(),  # where the next phase's draws start, also after a resume
+            "rng": self._rng_state(),  # where the next phase's draws start, also after a resume
         }
         self.state["done"][phase_name] = done
         self.save(current=None)
+
+    def _evaluate(
+        self, model: nn.Module, theseus: th.Theseus | None, record: dict[str, Any], step: int
+    ) -> dict[str, float]:
+        """The dev metrics, computed by rank 0 alone and given to every rank, so that early stopping decides alike
+        everywhere; a ``"hybrid"`` evaluation draws routes, so the others then take rank 0's routing state. With
+        several processes, ``record["ranks"]`` first gets each rank's routing and forward-RNG fingerprints, and
+        routes that differ between ranks stop the run."""
+        if self.processes == 1:
+            return self.task.evaluate(model, "dev")
+        fingerprints = ranks.all_gather(
+            {
+                "routes": ranks.fingerprint(theseus.state_dict()) if theseus is not None else None,
+                "forward_rng": ranks.fingerprint(self.forward_rng.state),
+            }
+        )
+        record["ranks"] = fingerprints
+        if len({entry["routes"] for entry in fingerprints}) > 1:
+            raise RunError(
+                f"the ranks drew different routes by step {step} of the replacing phase (fingerprints "
+                f"{[entry['routes'] for entry in fingerprints]}): they must share the routing seed",
+                on_every_rank=True,
+                quiet=not self.main,
+            )
+        metrics = self.task.evaluate(model, "dev") if self.main else None
+        routing = theseus.state_dict() if theseus is not None and self.main else None
+        metrics, routing = ranks.from_rank_zero((metrics, routing))
+        if routing is not None and not self.main:
+            theseus.load_state_dict(routing)
+        return metrics
 
     def _task_loss(self, model: nn.Module, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
         logits = self.task.logits(model, batch)
@@ -416,7 +529,8 @@ class Run:
     ) -> dict[str, Any]:
         """Test metrics of every model (with a bootstrap standard error and the per-example predictions when the
         task gives them: what paired comparisons across models and seeds need), parameters, the export of the
-        Theseus successor and its measured speedup (the first baseline's when Theseus was not trained)."""
+        Theseus successor and its measured speedup (the first baseline's when Theseus was not trained). Rank 0's
+        work."""
         models = {"predecessor": predecessor, **({"theseus": compact} if compact is not None else {})}
         models.update({f"baseline:{k}": v for k, v in baselines.items()})
         report: dict[str, Any] = {"recipe": self.recipe.to_dict(), "metric": self.task.metric, "models": {}}
@@ -438,10 +552,9 @@ class Run:
         report["phases"] = {
             k: {kk: v for kk, v in d.items() if kk not in ("weights", "rng")} for k, d in self.state["done"].items()
         }
-        if self.accelerator.is_main_process:
-            (self.out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
-            (self.out / "report.md").write_text(markdown_report(report))
-            plot_curves(self.out / "metrics.jsonl", self.out / "curves.png", self.task.metric)
+        (self.out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+        (self.out / "report.md").write_text(markdown_report(report))
+        plot_curves(self.out / "metrics.jsonl", self.out / "curves.png", self.task.metric)
         return report
 
     def _comparisons(self, report: dict[str, Any]) -> dict[str, dict[str, float]]:
