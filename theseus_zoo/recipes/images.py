@@ -31,3 +31,21 @@ RESNET_FASHION_MNIST_GPU = register_recipe(
         patience=4,
     )
 )
+
+# Heterogeneous successors (the registry issue): the same comparison with each group of BasicBlocks replaced by one
+# block of another kind; the baselines keep ResNet-18's shape, so the report sets a lighter Theseus model against them.
+HETEROGENEOUS_FASHION_MNIST = {
+    kind: register_recipe(
+        Recipe(
+            name=f"resnet-fashion-mnist-{kind.replace('_', '-')}",
+            family="resnet",
+            description=f"ResNet-34 -> 8 {kind} blocks (groups of BasicBlocks replaced by another kind of block) on "
+            "Fashion-MNIST, against ResNet-18-shaped baselines; the phases of resnet-fashion-mnist",
+            options={**RESNET_FASHION_MNIST.options, "successor": kind},
+            predecessor=RESNET_FASHION_MNIST.predecessor,
+            replacing=RESNET_FASHION_MNIST.replacing,
+            steps_to_one=RESNET_FASHION_MNIST.steps_to_one,
+        )
+    )
+    for kind in ("mobilenet_v2", "shufflenet_v2")
+}

@@ -109,17 +109,24 @@ def constructor_name(block: str, layers: Sequence[int]) -> str | None:
 def load_exported(directory: str | Path) -> nn.Module:
     """The model that `ResNetTask.export` wrote in ``directory``, loaded with ``strict=True``, in eval mode:
     ``torchvision.models.<constructor>(num_classes=...)`` (or ``ResNet(block, layers)`` when torchvision has no
-    constructor for the block counts). Its inputs are `to_inputs` of the gray images (see ``config.json``)."""
+    constructor for the block counts; `theseus_adapters.light_blocks.build_from_config` for heterogeneous
+    successors). Its inputs are `to_inputs` of the gray images (see ``config.json``)."""
     directory = Path(directory)
-    config = json.loads((directory / "config.json").read_text())
+    model = _build_exported(json.loads((directory / "config.json").read_text()))
+    model.load_state_dict(torch.load(directory / "model.pt", weights_only=True), strict=True)
+    return model.eval()
+
+
+def _build_exported(config: dict[str, Any]) -> nn.Module:
+    if "light_blocks" in config:  # heterogeneous successors: the adapter's config rebuilds them
+        from theseus_adapters import light_blocks
+
+        return light_blocks.build_from_config(config["light_blocks"])
     if config["constructor"] is not None:
         import torchvision
 
-        model = getattr(torchvision.models, config["constructor"])(num_classes=config["num_classes"])
-    else:
-        model = build_resnet(config["block"], config["layers"], config["num_classes"])
-    model.load_state_dict(torch.load(directory / "model.pt", weights_only=True), strict=True)
-    return model.eval()
+        return getattr(torchvision.models, config["constructor"])(num_classes=config["num_classes"])
+    return build_resnet(config["block"], config["layers"], config["num_classes"])
 
 
 # ------------------------------------------------------------------------ task
@@ -144,6 +151,10 @@ class ResNetOptions:
         source: ``"asset"`` reads the files; ``"torchvision"`` first runs
             ``torchvision.datasets.FashionMNIST(data_dir, download=True)`` (needs a network; ``data_dir``
             defaults to ``$THESEUS_CACHE/torchvision``). (default: ``"asset"``)
+        successor: Heterogeneous successors, registered in `theseus_adapters.resnet`: ``"mobilenet_v2"`` (an
+            inverted residual), ``"shufflenet_v2"`` or ``"depthwise_separable"`` replace each group of blocks
+            (the baselines keep the predecessor's block type); ``None`` is a block of the predecessor's type.
+            (default: ``None``)
     """
 
     architecture: Literal["resnet18", "resnet34", "resnet50", "resnet101", "resnet152"] = "resnet34"
@@ -155,6 +166,7 @@ class ResNetOptions:
     data_seed: int = field(default=0, metadata={"min": 0})
     data_dir: str | None = None
     source: Literal["asset", "torchvision"] = "asset"
+    successor: Literal["mobilenet_v2", "shufflenet_v2", "depthwise_separable"] | None = None
 
 
 class ResNetTask:
@@ -168,6 +180,7 @@ class ResNetTask:
         self.architecture, self.blocks, self.init = parsed.architecture, parsed.blocks, parsed.init
         self.dev_size, self.train_size, self.test_size = parsed.dev_size, parsed.train_size, parsed.test_size
         self.data_seed, self.data_dir, self.source = parsed.data_seed, parsed.data_dir, parsed.source
+        self.successor = parsed.successor
         self._splits: dict[str, ImageSplit] | None = None
 
     # ------------------------------------------------------------------ checks
@@ -184,7 +197,7 @@ class ResNetTask:
                 f"{layers} and fewer in total, got {blocks!r}; e.g. {ARCHITECTURES['resnet18'][1]}"
             )
         with torch.device("meta"):  # the adapter's own checks of `init`, on a model without memory
-            resnet.plan(build_resnet(block, layers), self.blocks, init=self.init)
+            resnet.plan(build_resnet(block, layers), self.blocks, init=self.init, successor=self.successor)
         self._load()  # missing or bad files, and sizes larger than the data, fail here, before any training
 
     def _directory(self) -> Path:
@@ -227,7 +240,7 @@ class ResNetTask:
         return build_resnet(*ARCHITECTURES[self.architecture])
 
     def plan(self, model: nn.Module) -> th.Plan:
-        return resnet.plan(model, tuple(self.blocks), init=self.init)
+        return resnet.plan(model, tuple(self.blocks), init=self.init, successor=self.successor)
 
     def truncated(self, predecessor: nn.Module) -> nn.Module:
         """A copy of the predecessor keeping the first ``blocks[i]`` blocks of stage ``i``: the successor's
@@ -284,9 +297,17 @@ class ResNetTask:
 
     # ------------------------------------------------------------------ export
     def config(self, model: nn.Module) -> dict[str, Any]:
-        """What ``config.json`` holds: the torchvision constructor (or block and layers) and the inputs."""
+        """What ``config.json`` holds: the torchvision constructor (or block and layers) and the inputs; for
+        heterogeneous successors also ``light_blocks``, the config that rebuilds the model without theseus."""
         layers = [len(getattr(model, name)) for name in resnet.stage_names(model)]
+        light = {}
+        if self.successor is not None:
+            from theseus_adapters import light_blocks
+
+            if any(isinstance(module, tuple(light_blocks.BLOCKS.values())) for module in model.modules()):
+                light = {"light_blocks": light_blocks.export_config(model)}
         return {
+            **light,
             "constructor": constructor_name(self.successor_block, layers),
             "block": self.successor_block,
             "layers": layers,

@@ -206,8 +206,27 @@ def test_a_missing_asset_or_data_dir_says_what_to_do(tmp_path, monkeypatch, caps
 def test_listing_the_recipes_imports_no_model_library():
     script = (
         "import sys\nfrom theseus_zoo.recipes import list_recipes\n"
-        "assert [r.name for r in list_recipes('resnet-*')] == ['resnet-fashion-mnist', 'resnet-fashion-mnist-gpu']\n"
+        "assert 'resnet-fashion-mnist-mobilenet-v2' in [r.name for r in list_recipes('resnet-*')]\n"
         "assert not {'torch', 'torchvision', 'transformers'} & set(sys.modules), 'a model library imported'\n"
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+def test_heterogeneous_successors_export_a_model_that_rebuilds_without_theseus(fake_cache, tmp_path, monkeypatch):
+    monkeypatch.setattr(trainer, "atomic_save", lambda state, path: None)  # no 350 MB checkpoints in a test
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps({**TINY, "options": {**TINY["options"], "successor": "mobilenet_v2"}}))
+    out = tmp_path / "run"
+    args = ["compress", "--recipe", "resnet-fashion-mnist", "--config", str(config), "--out", str(out)]
+    assert cli.main([*args, "--no-progress"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    resnet18_parameters = sum(p.numel() for p in torchvision.models.resnet18(num_classes=10).parameters())
+    assert report["models"]["theseus"]["parameters"] < resnet18_parameters  # the baselines stay resnet18-shaped
+    assert report["models"]["baseline:truncated"]["parameters"] == resnet18_parameters
+    exported = images.load_exported(out / "model")
+    assert sum(p.numel() for p in exported.parameters()) == report["models"]["theseus"]["parameters"]
+    assert {type(block).__name__ for block in exported.layer2} == {"InvertedResidual"}
+    task = images.ResNetTask({**TINY["options"], "successor": "mobilenet_v2"}, seed=0)
+    task.check()
+    assert task.evaluate(exported, "test")["accuracy"] == report["models"]["theseus"]["test"]["accuracy"]
