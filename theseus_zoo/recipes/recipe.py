@@ -229,7 +229,7 @@ class Recipe:
 
 _RECIPES: dict[str, Recipe] = {}
 
-CATALOGUE = tuple(f"theseus_zoo.recipes.{family}" for family in ("toy", "text", "images", "graphs"))
+CATALOGUE = tuple(f"theseus_zoo.recipes.{family}" for family in ("toy", "text", "images", "graphs", "causal_lm"))
 """The built-in recipe modules: data only (they import nothing but this module), so listing every recipe imports
 no model library."""
 

