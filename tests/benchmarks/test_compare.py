@@ -7,8 +7,9 @@ from benchmarks import compare
 
 def test_each_method_gets_its_best_dev_lr_and_every_seed_a_paired_difference(tmp_path):
     config = tmp_path / "tiny.json"
-    tiny = {"predecessor": {"steps": 20, "eval_every": 10}, "replacing": {"steps": 20, "eval_every": 10}}
-    config.write_text(json.dumps({**tiny, "steps_to_one": 10, "patience": None}))
+    tiny = {"predecessor": {"steps": 10, "eval_every": 5}, "replacing": {"steps": 10, "eval_every": 5}}
+    config.write_text(json.dumps({**tiny, "steps_to_one": 5, "patience": None, "options": {"num_blocks": 4}}))
+    # 1 predecessor + 2 methods x 2 learning rates on seed 0, then the second seed at each method's chosen rate
     args = ["--recipe", "toy", "--methods", "theseus", "truncated", "--lrs", "1e-3", "1e-2", "--seeds", "0", "1"]
     args += ["--config", str(config), "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--jobs", "2"]
     compare.main(args)
