@@ -128,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         run.run()  # returns on every rank once rank 0 has written the report
     except (ValueError, KeyError, FileNotFoundError) as error:
         if not getattr(error, "quiet", False):  # one line, not one per rank, for an error every rank met
-            print(f"theseus: error: {error}", file=sys.stderr, flush=True)
+            message = error.args[0] if isinstance(error, KeyError) and error.args else error  # str() would quote it
+            print(f"theseus: error: {message}", file=sys.stderr, flush=True)
         if getattr(error, "on_every_rank", False):
             _leave_together()  # rank 0's line is out before the launcher sees a rank exit
         return 2

