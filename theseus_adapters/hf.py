@@ -385,9 +385,7 @@ def plan(
         raise ValueError(
             f"num_layers must be an integer in [1, {total}) for this {total}-layer model, got {num_layers}"
         )
-    sizes = th.even_group_sizes(total, num_layers) if group_sizes is None else list(group_sizes)
-    if len(sizes) != num_layers:
-        raise ValueError(f"group_sizes {sizes} must have num_layers={num_layers} entries")
+    sizes = th.group_sizes_for(total, num_layers, group_sizes)
     narrow = hidden_size is not None and hidden_size != config.hidden_size
     if hidden_size is not None and not (isinstance(hidden_size, int) and hidden_size > 0):
         raise ValueError(f"hidden_size must be a positive integer, got {hidden_size!r}")
@@ -611,8 +609,8 @@ def prune_layer_(layer: nn.Module, *, heads: int | None = None, intermediate_siz
         output_norm = output.weight.view(output.out_features, total, head_dim).transpose(0, 1).flatten(1).norm(dim=1)
         score = (output_norm * value_norm.repeat_interleave(per_group)).view(kv_heads, per_group)
         within = score.topk(heads // kv_heads, dim=1).indices.sort(dim=1).values
-        kept_heads = (within + torch.arange(kv_heads)[:, None] * per_group).flatten()
-        kept = (kept_heads[:, None] * head_dim + torch.arange(head_dim)).flatten()
+        kept_heads = (within + torch.arange(kv_heads, device=within.device)[:, None] * per_group).flatten()
+        kept = (kept_heads[:, None] * head_dim + torch.arange(head_dim, device=within.device)).flatten()
         _keep_outputs(query, kept)
         _keep_inputs(output, kept)
         attention.num_key_value_groups = heads // kv_heads

@@ -229,7 +229,8 @@ def factory_for(spec: ModuleSpec, module_type: type, registry: SuccessorRegistry
 
 def call_factory(factory: SuccessorFactory, group: list[nn.Module], model: nn.Module, options: Mapping[str, Any]):
     """Calls a factory in the one style: ``factory(group)``, ``factory(group, model)``, with the keyword
-    ``options`` it names (every option when it takes ``**options``)."""
+    ``options`` it names (every option when it takes ``**options``). The model is passed when the factory's second
+    positional parameter has no default or is named ``model``; ``factory(group, stride=1)`` gets options only."""
     try:
         parameters = list(inspect.signature(factory).parameters.values())
     except (TypeError, ValueError):  # a builtin without a signature: the group only
@@ -238,7 +239,11 @@ def call_factory(factory: SuccessorFactory, group: list[nn.Module], model: nn.Mo
     takes_all = any(p.kind is p.VAR_KEYWORD for p in parameters)
     named = {p.name for p in parameters if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
     given = {key: value for key, value in options.items() if takes_all or key in named}
-    takes_model = len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in parameters)
+    # The model is the second positional parameter when it has no default (or is named ``model``): in
+    # ``factory(group, source=None)`` the second parameter is an option, not the model.
+    takes_model = (
+        len(positional) >= 2 and (positional[1].default is inspect.Parameter.empty or positional[1].name == "model")
+    ) or any(p.kind is p.VAR_POSITIONAL for p in parameters)
     for parameter in positional[: 2 if takes_model else 1]:
         given.pop(parameter.name, None)  # an option never shadows the group or the model
     return factory(group, model, **given) if takes_model else factory(group, **given)

@@ -194,3 +194,22 @@ def test_a_spec_names_a_registered_alternative():
     theseus.restore()
     with pytest.raises(LookupError, match=r"group 'blocks\[0:2\]': no successor 'first'"):
         th.replace_(model, th.plan(model, "blocks", num_groups=2, successor="first"), registry=registry)
+
+
+def test_a_factory_gets_the_model_only_as_a_second_parameter_without_a_default():
+    from theseus_core.registry import call_factory
+
+    group, model = [nn.Linear(2, 2)], nn.Sequential()
+    seen = {}
+
+    def with_option(group, source=None):
+        seen["with_option"] = source
+        return group[0]
+
+    def with_model(group, model, source=None):
+        seen["with_model"] = (model, source)
+        return group[0]
+
+    call_factory(with_option, group, model, {"source": 3, "stride": 2})
+    call_factory(with_model, group, model, {"source": 3})
+    assert seen == {"with_option": 3, "with_model": (model, 3)}

@@ -154,6 +154,10 @@ class CausalLMTask:
         th.group_sizes_for(layers, self.options.num_layers, self.options.group_sizes)
         if isinstance(self.options.init, str) and self.options.init not in hf.INITS:
             raise ValueError(f"init must be one of {hf.INITS} or a list of layer indices, got {self.options.init!r}")
+        from transformers import AutoModelForCausalLM
+
+        with torch.device("meta"):  # the adapter's own checks (init indices, per-layer types) without memory
+            self.plan(AutoModelForCausalLM.from_config(config))
         sequences = self.sequences()  # loads and tokenizes: a missing corpus fails here, before training
         for split, tensor in sequences.items():
             if not len(tensor):

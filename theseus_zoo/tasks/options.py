@@ -82,11 +82,18 @@ def _convert(value: Any, annotation: Any) -> Any:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     elif annotation is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and _finite(value):
             return value
     elif isinstance(value, annotation):
         return value
     raise TypeError(_describe(annotation))
+
+
+def _finite(value: float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer too large for a float
+        return False
 
 
 _PLURALS = {"an integer": "integers", "a finite number": "finite numbers", "a string": "strings"}

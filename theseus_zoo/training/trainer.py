@@ -156,6 +156,16 @@ class Run:
             if not resume and started:
                 raise RunError(f"{self.out} holds a run already; pass --resume to continue it, or choose another --out")
             _check_writable(self.out)
+            uneven = [
+                name
+                for name, phase in (("predecessor", recipe.predecessor), ("replacing", recipe.replacing))
+                if phase is not None and phase.batch_size % self.processes
+            ]
+            if uneven:
+                raise RunError(
+                    f"the batch_size of {', '.join(uneven)} must be a multiple of the {self.processes} processes, "
+                    f"so that every rank trains on an equal share of each batch"
+                )
             self.task: Task = build_task(recipe.family, recipe.options, recipe.seed)
             self.task.check()
             borrowed = None

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from theseus_zoo.tasks.causal_lm import CausalLMOptions
 from theseus_zoo.tasks.graphs import GraphOptions
 from theseus_zoo.tasks.images import ResNetOptions
 from theseus_zoo.tasks.options import parse_options
@@ -37,6 +38,7 @@ class Example:
         ({"count": 0}, "example option count must be >= 1, got 0"),
         ({"rate": math.nan}, "example option rate must be a finite number, got nan"),
         ({"rate": math.inf}, "example option rate must be a finite number"),
+        ({"rate": 10**400}, "example option rate must be a finite number"),
         ({"rate": False}, "example option rate must be a finite number, got False"),
         ({"rate": 1.5}, "example option rate must be <= 1, got 1.5"),
         ({"scale": 0}, "example option scale must be > 0, got 0"),
@@ -64,13 +66,13 @@ def test_json_values_become_the_declared_types():
 
 
 JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
+    st.none() | st.booleans() | st.integers() | st.integers(min_value=10**308) | st.floats() | st.text(max_size=5),
     lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=3), children, max_size=3),
     max_leaves=8,
 )
 
 
-@pytest.mark.parametrize("schema", [Example, ToyOptions, TextOptions, ResNetOptions, GraphOptions])
+@pytest.mark.parametrize("schema", [Example, ToyOptions, TextOptions, ResNetOptions, GraphOptions, CausalLMOptions])
 @given(data=st.data())
 def test_any_json_value_is_taken_or_refused_with_a_value_error_never_a_traceback(schema, data):
     names = [f.name for f in dataclasses.fields(schema)]
