@@ -137,7 +137,7 @@ def test_narrow_successors_run_behind_projections():
         (lambda: tiny("bert"), {"num_layers": 0}, "num_layers"),
         (lambda: tiny("bert"), {"num_layers": 3, "init": "middle"}, "init must be one of"),
         (lambda: tiny("bert"), {"num_layers": 3, "init": [0, 1]}, "3 layer indices"),
-        (lambda: tiny("bert"), {"num_layers": 3, "group_sizes": [3, 3]}, "3 entries"),
+        (lambda: tiny("bert"), {"num_layers": 3, "group_sizes": [3, 3]}, "must be 3 positive integers summing to 6"),
         (lambda: tiny("bert"), {"num_layers": 2, "group_sizes": [4, 1]}, "summing to"),
         (lambda: tiny("bert"), {"num_layers": 2, "hidden_size": 18}, "divisible"),
         (lambda: nn.Linear(2, 2), {"num_layers": 2}, "supports transformers models"),
