@@ -23,8 +23,9 @@ format: install
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+# Two workers: the tests run on one intra-op thread each (tests/conftest.py), so two share the 2 cores of CI.
 test: install lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2
 
 # The offline default, a cell with headroom: all-MiniLM-L6-v2 6 -> 1 layer on Rotten Tomatoes' five valence grades,
 # where truncation costs 7 points (benchmarks/results/headroom.md); Theseus against truncated fine-tuning and KD.
