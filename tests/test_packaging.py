@@ -79,3 +79,12 @@ def test_the_bert_extra_brings_what_the_trainer_callback_needs():
 def test_theseus_core_ships_its_type_marker():
     assert (ROOT / "theseus_core" / "py.typed").exists()
     assert "py.typed" in PYPROJECT["tool"]["setuptools"]["package-data"]["theseus_core"]
+
+
+def test_every_folder_of_python_modules_is_a_package_that_a_wheel_would_ship():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    for package in ("theseus_core", "theseus_adapters", "theseus_quant", "theseus_zoo"):
+        for folder in {path.parent for path in (root / package).rglob("*.py")}:
+            assert (folder / "__init__.py").exists(), f"{folder.relative_to(root)} has no __init__.py"

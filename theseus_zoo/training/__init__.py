@@ -1,0 +1,1 @@
+"""The run: trainer, checkpoints, optimization, losses, sweeps, analyses and timing."""
