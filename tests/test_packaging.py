@@ -82,9 +82,6 @@ def test_theseus_core_ships_its_type_marker():
 
 
 def test_every_folder_of_python_modules_is_a_package_that_a_wheel_would_ship():
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
     for package in ("theseus_core", "theseus_adapters", "theseus_quant", "theseus_zoo"):
-        for folder in {path.parent for path in (root / package).rglob("*.py")}:
-            assert (folder / "__init__.py").exists(), f"{folder.relative_to(root)} has no __init__.py"
+        for folder in {path.parent for path in (ROOT / package).rglob("*.py")}:
+            assert (folder / "__init__.py").exists(), f"{folder.relative_to(ROOT)} has no __init__.py"
