@@ -191,17 +191,7 @@ def use_cache(family: Family, value: bool) -> dict[str, bool]:
 
 
 @pytest.fixture(scope="module")
-def one_thread():
-    """Tiny models gain nothing from threads, a busy machine loses much to them, and exact comparisons across
-    processes want the same kernels on both sides."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory, one_thread) -> dict[str, dict[str, Any]]:
+def exported(tmp_path_factory) -> dict[str, dict[str, Any]]:
     """Per family: the finalized model, its outputs, and what the reloading subprocess computed."""
     folder = tmp_path_factory.mktemp("hf")
     cases, results = [], {}

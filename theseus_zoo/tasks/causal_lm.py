@@ -142,8 +142,6 @@ class CausalLMTask:
         return self._tokenizer
 
     def check(self) -> None:
-        from theseus_adapters import hf
-
         config = self.config()
         layers = getattr(config, "num_hidden_layers", None)
         if not isinstance(layers, int):
@@ -151,12 +149,9 @@ class CausalLMTask:
         num_layers = self.options.num_layers
         if not 1 <= num_layers < layers:
             raise ValueError(f"num_layers must be in [1, {layers}) for {self.options.model}, got {num_layers}")
-        th.group_sizes_for(layers, self.options.num_layers, self.options.group_sizes)
-        if isinstance(self.options.init, str) and self.options.init not in hf.INITS:
-            raise ValueError(f"init must be one of {hf.INITS} or a list of layer indices, got {self.options.init!r}")
         from transformers import AutoModelForCausalLM
 
-        with torch.device("meta"):  # the adapter's own checks (init indices, per-layer types) without memory
+        with torch.device("meta"):  # the adapter's own checks (group sizes, init, per-layer types) without memory
             self.plan(AutoModelForCausalLM.from_config(config))
         sequences = self.sequences()  # loads and tokenizes: a missing corpus fails here, before training
         for split, tensor in sequences.items():

@@ -118,16 +118,16 @@ class TextClassificationTask:
         return str(asset_path(self.model_name)) if self.model_name in ASSETS else self.model_name
 
     def check(self) -> None:
-        layers = self.config().num_hidden_layers
+        config = self.config()
+        layers = config.num_hidden_layers
         if not isinstance(self.num_layers, int) or not 1 <= self.num_layers < layers:
             raise ValueError(
                 f"num_layers must be an integer in [1, {layers}) for {self.model_name}, got {self.num_layers}"
             )
-        th.group_sizes_for(layers, self.num_layers, self.group_sizes)
         from transformers import AutoModelForSequenceClassification
 
-        with torch.device("meta"):  # the adapter's own checks (init, slim shapes) on a model without memory
-            self.plan(AutoModelForSequenceClassification.from_config(self.config()))
+        with torch.device("meta"):  # the adapter's own checks (group sizes, init, slim shapes) without memory
+            self.plan(AutoModelForSequenceClassification.from_config(config))
         self.examples()  # loads and tokenizes: a missing dataset or column fails here, before training
 
     @property
