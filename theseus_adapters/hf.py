@@ -332,6 +332,7 @@ def plan(
     heads: int | None = None,
     intermediate_size: int | None = None,
     successor: str | th.spec.SuccessorFactory | None = None,
+    registry: th.SuccessorRegistry | None = None,
 ) -> th.Plan:
     """Specs compressing a transformers model's layer stack to ``num_layers`` layers.
 
@@ -364,6 +365,9 @@ def plan(
             another) when ``None``, a registered name, or a factory. A layer class that derives from neither
             ``GradientCheckpointingLayer`` nor ``MPNetLayer`` and has no registration gets `layer_successor`
             directly. (default: ``None``)
+        registry: The private registry you will pass to ``replace_``: a registration of the layer type there
+            counts as one in the default registry, so an unusual layer class gets it rather than
+            `layer_successor`. (default: ``None``, the default registry only)
 
     Every spec's options hold what a factory may need: ``stack`` (the `Stack`), ``source`` (index of the
     layer the successor starts from), ``hidden_size``, ``heads`` and ``intermediate_size``.
@@ -405,7 +409,7 @@ def plan(
     options |= {"heads": heads, "intermediate_size": intermediate_size}
     projection = "linear" if narrow else None
     layer_type = type(model.get_submodule(found.path)[0])
-    if successor is None and th.DEFAULT_REGISTRY.find(layer_type) is None:  # a layer outside transformers' bases
+    if successor is None and th.registered_successor(layer_type, registry) is None:  # outside transformers' bases
         successor = layer_successor
     specs = [
         th.ModuleSpec(spec.path, successor, projection, projection, {**options, "source": source})

@@ -17,6 +17,7 @@ from .registry import (
     list_successors,
     plan,
     register_successor,
+    registered_successor,
 )
 from .schedule import AntiCurriculumSchedule, ConstantSchedule, LinearSchedule
 from .site import PredecessorChain, Projected, ReplacementSite
@@ -43,6 +44,7 @@ __all__ = [
     "list_successors",
     "plan",
     "register_successor",
+    "registered_successor",
     "replace_",
 ]
 

@@ -215,14 +215,28 @@ def build_successor(model: nn.Module, spec: ModuleSpec, registry: SuccessorRegis
     return call_factory(factory_for(spec, type(group[0]), registry), group, model, spec.options)
 
 
+def lookup_order(registry: SuccessorRegistry | None = None) -> tuple[SuccessorRegistry, ...]:
+    """The registries `replace_` searches for a spec without a factory of its own: ``registry`` first, then the
+    default one."""
+    return (DEFAULT_REGISTRY,) if registry in (None, DEFAULT_REGISTRY) else (registry, DEFAULT_REGISTRY)
+
+
+def registered_successor(
+    module_type: type, registry: SuccessorRegistry | None = None, name: str = DEFAULT_SUCCESSOR
+) -> SuccessorFactory | None:
+    """What `replace_` (given ``registry``) builds for a group that starts with a ``module_type`` and names
+    ``name`` or nothing, or ``None`` when no registry has it: plans call this to check, before anything changes,
+    what the successor will be."""
+    return next((f for r in lookup_order(registry) if (f := r.find(module_type, name)) is not None), None)
+
+
 def factory_for(spec: ModuleSpec, module_type: type, registry: SuccessorRegistry | None = None) -> SuccessorFactory:
     """The factory of a spec whose group starts with a ``module_type``: its own, or the registries' for the
     name it gives (``registry`` first, then the default registry)."""
     if spec.successor is not None and not isinstance(spec.successor, str):
         return spec.successor
-    registries = [DEFAULT_REGISTRY] if registry in (None, DEFAULT_REGISTRY) else [registry, DEFAULT_REGISTRY]
     try:
-        return find_successor(module_type, spec.successor or DEFAULT_SUCCESSOR, registries)
+        return find_successor(module_type, spec.successor or DEFAULT_SUCCESSOR, lookup_order(registry))
     except LookupError as error:
         raise LookupError(f"group {spec.path!r}: {error}") from None
 

@@ -11,7 +11,7 @@ import torch
 import torchvision
 import transformers
 from torch import nn
-from torch_geometric.nn import GCN
+from torch_geometric.nn import GCN, GCNConv
 from transformers.models.bert.modeling_bert import BertLayer
 
 import theseus_core as th
@@ -162,3 +162,38 @@ def test_a_transformers_layer_outside_the_registered_bases_is_still_copied():
     finalized = theseus.finalize()
     assert len(finalized.layer) == 2 and finalized.config.n_layer == 2
     finalized(input_ids=ids)
+
+
+def test_a_private_registration_for_a_layer_outside_the_bases_is_used_when_the_plan_is_told():
+    """For XLNet's layers the plan must say their successor itself; given the private registry it will pass to
+    ``replace_``, it leaves the choice to that registry instead of `hf.layer_successor`."""
+    config = transformers.XLNetConfig(vocab_size=50, d_model=32, n_layer=4, n_head=2, d_inner=64)
+    model = transformers.XLNetModel(config).eval()
+    layer_type = type(model.layer[0])
+    private = th.SuccessorRegistry()
+    private.register(layer_type)(users_factory(ADAPTERS["hf"]))
+    ids = torch.randint(0, 50, (2, 7), generator=torch.Generator().manual_seed(0))
+    told = hf.plan(model, num_layers=2, registry=private)
+    assert all(spec.successor is None for spec in told.specs)
+    theseus = th.replace_(model, told, registry=private, example_kwargs={"input_ids": ids})
+    assert built_by_user(theseus) == [True, True]
+    theseus.restore()
+    assert all(spec.successor is hf.layer_successor for spec in hf.plan(model, num_layers=2).specs)
+
+
+def test_the_gnn_plan_checks_groups_against_what_the_private_registry_builds():
+    """`copy_step` cannot copy one group for the whole GNN (no layer maps 5 to 3 channels); a user's factory
+    that can is not refused by the plan's early check when the plan is given the registry."""
+    torch.manual_seed(0)
+    model = gnn.to_steps_(GCN(5, 8, num_layers=3, out_channels=3))
+    with pytest.raises(ValueError, match=r"group .*\[0:3\].*5 to 3"):
+        gnn.plan(model, 1)
+    private = th.SuccessorRegistry()
+    private.register(gnn.GNNStep)(gnn.conv_successor(lambda i, o: GCNConv(i, o)))
+    theseus = th.replace_(
+        model,
+        gnn.plan(model, 1, registry=private),
+        registry=private,
+        example_kwargs=ADAPTERS["gnn"].inputs(),
+    )
+    assert [type(site.successor.inner.conv) for site in theseus.sites] == [GCNConv]

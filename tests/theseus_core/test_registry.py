@@ -159,6 +159,18 @@ def test_a_private_registry_is_consulted_before_the_default_one(isolated_default
     assert torch.equal(theseus.sites[0].successor.inner.fc1.weight, first)  # nothing private: the default
 
 
+def test_registered_successor_is_what_replace_would_take(isolated_default):
+    default, mine = th.copy_module(0), th.copy_module(-1)
+    assert th.registered_successor(ToyBlock) is None
+    th.register_successor(ToyBlock, fallback=True)(default)
+    private = th.SuccessorRegistry()
+    assert th.registered_successor(SpecialBlock, private) is default  # nearest base, default registry
+    private.register(SpecialBlock)(mine)
+    assert th.registered_successor(SpecialBlock, private) is mine
+    assert th.registered_successor(ToyBlock, private) is default  # a subclass's entry is not its base's
+    assert th.registered_successor(SpecialBlock, private, "narrow") is None
+
+
 def test_factories_get_the_options_they_name():
     seen = []
 

@@ -11,7 +11,14 @@ from torch import nn
 from torch_geometric.nn import Sequential as PygSequential
 from torch_geometric.nn.models.basic_gnn import BasicGNN
 
-from theseus_core import DEFAULT_REGISTRY, ModuleSpec, Plan, group_sizes_for, register_successor
+from theseus_core import (
+    ModuleSpec,
+    Plan,
+    SuccessorRegistry,
+    group_sizes_for,
+    register_successor,
+    registered_successor,
+)
 from theseus_core.spec import Projection
 
 from .convert import _convert_back, _Record
@@ -135,6 +142,7 @@ def plan(
     successor: Callable[[list[GNNStep]], nn.Module] | str | None = None,
     in_proj: Projection = None,
     out_proj: Projection = None,
+    registry: SuccessorRegistry | None = None,
 ) -> Plan:
     """Specs that compress a stepped GNN to ``num_layers`` layers, one successor per group of layers.
 
@@ -157,6 +165,9 @@ def plan(
         in_proj, out_proj: ``"linear"`` or ``None``, passed to every `theseus_core.ModuleSpec`: learned
             projections for successors whose widths differ from their group's. Not with ``jk="max"``,
             whose head takes every layer's output at the model's width. (default: ``None``)
+        registry: The private registry you will pass to ``replace_``: the check that every group can be
+            copied runs only when the successor it resolves to is `copy_step`. (default: ``None``, the
+            default registry only)
 
     Returns:
         A `theseus_core.Plan` for ``theseus_core.replace_(model, plan, ...)``.
@@ -183,7 +194,7 @@ def plan(
     specs = []
     for start, stop in itertools.pairwise(itertools.accumulate(sizes, initial=0)):
         group_path = f"{stack_path}[{start}:{stop}]"
-        if successor is None and DEFAULT_REGISTRY.find(GNNStep) is copy_step:  # check now what replace_ will do
+        if successor is None and registered_successor(GNNStep, registry) is copy_step:  # as replace_ will
             try:
                 _template_step(steps[start:stop], check_widths=True)
             except ValueError as error:
