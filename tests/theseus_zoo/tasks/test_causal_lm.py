@@ -179,6 +179,11 @@ def test_the_smollm2_recipes_are_valid_for_a_30_layer_model():
         assert recipe.predecessor is None and recipe.family == "causal_lm"
     main, shortgpt = get_recipe("smollm2-30to15"), get_recipe("smollm2-30to15-shortgpt")
     assert shortgpt.replacing == main.replacing and not shortgpt.theseus and shortgpt.baselines == ("truncated",)
+    gpu = get_recipe("smollm2-30to15-gpu")
+    parsed = parse_options(CausalLMOptions, gpu.options, "causal_lm")
+    assert parsed.num_layers == 15 and parsed.sequence_length == 512 and parsed.test_sequences is None
+    tokens = {r.name: r.replacing.steps * r.replacing.batch_size * r.options["sequence_length"] for r in (main, gpu)}
+    assert tokens == {"smollm2-30to15": 102_400, "smollm2-30to15-gpu": 4_096_000}
 
 
 def test_the_smollm2_asset_generates_sensible_text():
