@@ -5,7 +5,7 @@
 - Layers: `QuantLinear`, `QuantEmbedding`, and the binary pairs `BinarySplitLinear`,
   `BinarySplitEmbedding` that ternary weight splitting makes.
 - In-place conversion: `quantize_`, `dequantize_`, `split_ternary_` (TWS), `binarize_`.
-- Successors for `theseus_core.replace_`: `quantized_copy`.
+- Successors for `theseus_core.replace_`: `quantized_copy` (attention included, `quantize_known_attention_`).
 - Adaptive splitting: `measure_sensitivity`, `split_costs`, `choose_splits`.
 - Export: `save_packed`, `load_packed` (2 / 1 bits a weight plus scales).
 - Two-stage distillation losses: `intermediates`, `intermediate_loss` (hidden states and
@@ -17,7 +17,15 @@ Needs torch only (and theseus_core for `quantized_copy`); safetensors is used wh
 """
 
 from .adaptive import SplitChoice, choose_splits, measure_sensitivity, split_costs
-from .convert import DEFAULT_SKIP, QuantizationRecord, dequantize_, matches, quantize_, quantized_copy
+from .convert import (
+    DEFAULT_SKIP,
+    QuantizationRecord,
+    dequantize_,
+    matches,
+    quantize_,
+    quantize_known_attention_,
+    quantized_copy,
+)
 from .distill import Intermediates, intermediate_loss, intermediates, layer_map, prediction_loss
 from .export import ExportReport, load_packed, pack_codes, save_packed, unpack_codes
 from .layers import BinarySplitEmbedding, BinarySplitLinear, QuantEmbedding, QuantizedInPlace, QuantLinear
@@ -64,6 +72,7 @@ __all__ = [
     "pack_codes",
     "prediction_loss",
     "quantize_",
+    "quantize_known_attention_",
     "quantized_copy",
     "save_packed",
     "split_costs",

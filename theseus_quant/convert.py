@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import copy
 import fnmatch
+import importlib
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -218,14 +220,19 @@ class quantized_copy:  # noqa: N801 - used like a function: successor=quantized_
 
     The group's modules (or only those at ``layers``: quantize and compress in
     one run) are deep-copied, chained as the group was called, and passed to
-    `quantize_`. `theseus_core.replace_` then trains the quantized layers against
-    their frozen full-precision neighbours, with the curriculum.
+    `quantize_`; with ``attention``, what the attention multiplies is quantized too
+    (`quantize_known_attention_`). `theseus_core.replace_` then trains the quantized
+    layers against their frozen full-precision neighbours, with the curriculum.
 
     Args:
         weight_bits, activation_bits, skip, embeddings: As `quantize_`.
             (default: ``2``, ``8``, ``None``, ``True``)
         layers: Positions in the group of the modules to copy, in order
             (``[0]``: the bottom one, as BERT-of-Theseus). (default: all)
+        attention: Also quantize Q, K, V and the attention probabilities at
+            ``activation_bits``, as BinaryBERT does, in the attention modules of the
+            families theseus_quant knows (BERT's, `theseus_quant.bert`); nothing
+            when ``activation_bits`` is ``None``. (default: ``True``)
     """
 
     def __init__(
@@ -236,6 +243,7 @@ class quantized_copy:  # noqa: N801 - used like a function: successor=quantized_
         *,
         skip: Sequence[str] | None = None,
         embeddings: bool = True,
+        attention: bool = True,
     ) -> None:
         if isinstance(weight_bits, bool) or weight_bits not in WEIGHT_BITS:
             raise ValueError(f"weight_bits must be 2 (ternary) or 1 (binary), got {weight_bits!r}")
@@ -248,6 +256,7 @@ class quantized_copy:  # noqa: N801 - used like a function: successor=quantized_
         self.layers = None if layers is None else tuple(layers)
         self.skip = skip
         self.embeddings = embeddings
+        self.attention = attention
 
     def __call__(self, group: list[nn.Module]) -> nn.Module:
         from theseus_core import PredecessorChain  # the engine's way of chaining modules called like one
@@ -264,8 +273,30 @@ class quantized_copy:  # noqa: N801 - used like a function: successor=quantized_
         if type(successor) is nn.Embedding and self.embeddings:
             return QuantEmbedding.from_embedding(successor, weight_bits=self.weight_bits)
         quantize_(successor, self.weight_bits, self.activation_bits, skip=self.skip, embeddings=self.embeddings)
+        if self.attention and self.activation_bits is not None:
+            quantize_known_attention_(successor, self.activation_bits)
         return successor
 
     def __repr__(self) -> str:
         layers = "" if self.layers is None else f", layers={list(self.layers)}"
-        return f"quantized_copy({self.weight_bits}, {self.activation_bits}{layers})"
+        attention = "" if self.attention else ", attention=False"
+        return f"quantized_copy({self.weight_bits}, {self.activation_bits}{layers}{attention})"
+
+
+KNOWN_ATTENTION = (("transformers.models.bert.modeling_bert", "BertSelfAttention", "theseus_quant.bert"),)
+"""(module, class, theseus_quant module with ``quantize_attention_``) of each attention whose matmul inputs
+theseus_quant knows how to quantize."""
+
+
+def quantize_known_attention_(module: nn.Module, bits: int) -> tuple[str, ...]:
+    """Quantizes, in place, the attention inside ``module`` of every family in `KNOWN_ATTENTION` (its
+    ``quantize_attention_``: Q, K, V and probabilities at ``bits``); returns the qualified names of the attention
+    modules quantized, none when ``module`` holds no such attention. A family's module is imported only when its
+    library already is: a model cannot hold a class whose module was never imported."""
+    done: list[str] = []
+    for library, class_name, ours in KNOWN_ATTENTION:
+        loaded = sys.modules.get(library)
+        if loaded is None or not any(type(m) is getattr(loaded, class_name) for m in module.modules()):
+            continue
+        done += importlib.import_module(ours).quantize_attention_(module, bits).names
+    return tuple(done)

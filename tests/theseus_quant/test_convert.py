@@ -11,9 +11,9 @@ from torch import nn
 from theseus_core.testing import toy_stacks
 from theseus_quant import convert
 from theseus_quant.layers import QuantEmbedding, QuantLinear
-from theseus_quant.quantizers import LSQQuantizer, UniformQuantizer, ternarize
+from theseus_quant.quantizers import LSQQuantizer, UniformQuantizer, quantize_weight, ternarize
 
-from .helpers import assert_refused, bert_batch, tiny_bert
+from .helpers import assert_refused, bert_batch, tiny_bert, weights
 
 
 def test_quant_linear_computes_the_quantized_affine_map():
@@ -24,6 +24,37 @@ def test_quant_linear_computes_the_quantized_affine_map():
     x = torch.randn(3, 6)
     assert torch.equal(layer(x), nn.functional.linear(x, ternarize(linear.weight), linear.bias))
     assert isinstance(layer, nn.Linear)
+
+
+@given(
+    weights(max_rows=12),
+    st.sampled_from([2, 1]),
+    st.sampled_from([None, 0, 3]),
+    st.booleans(),
+    st.integers(0, 2**16),
+)
+def test_a_row_quantized_embedding_looks_up_what_the_whole_quantized_table_gives(
+    weight, bits, padding_idx, scale_grad_by_freq, seed
+):
+    # The layer quantizes only the rows a batch looks up; the reference quantizes the whole table, as F.embedding
+    # with padding_idx and scale_grad_by_freq would use it.
+    padding_idx = None if padding_idx is None or padding_idx >= weight.shape[0] else padding_idx
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(weight.shape[0], (3, 5), generator=generator)
+    upstream = torch.randn(3, 5, weight.shape[1], generator=generator)
+    table = nn.Embedding(*weight.shape, padding_idx=padding_idx, scale_grad_by_freq=scale_grad_by_freq)
+    with torch.no_grad():
+        table.weight.copy_(weight)
+    layer = QuantEmbedding.from_embedding(copy.deepcopy(table), weight_bits=bits)
+    latent = weight.clone().requires_grad_(True)
+    expected = nn.functional.embedding(
+        ids, quantize_weight(latent, bits, "row"), padding_idx, scale_grad_by_freq=scale_grad_by_freq
+    )
+    found = layer(ids)
+    assert torch.equal(found, expected)
+    (found * upstream).sum().backward()
+    (expected * upstream).sum().backward()
+    assert torch.equal(layer.weight.grad, latent.grad)
 
 
 def test_default_skip_on_bert_keeps_what_binarybert_keeps_in_full_precision():

@@ -26,6 +26,7 @@ def test_theseus_quant_imports_and_runs_without_model_libraries(tmp_path):
         model = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
         tq.quantize_(model, skip=["2"])
         tq.split_ternary_(model)
+        tq.quantized_copy(2, 8)([torch.nn.Sequential(torch.nn.Linear(4, 4))])  # looks for known attention
         tq.save_packed(model, {str(tmp_path / "m.safetensors")!r})
         loaded = sorted(name for name in sys.modules if name.split(".")[0] in {BLOCKED!r})
         assert not loaded, loaded

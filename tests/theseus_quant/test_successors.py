@@ -5,10 +5,12 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
+from transformers.models.bert.modeling_bert import BertSelfAttention
 
 import theseus_core as th
 from theseus_core.testing import ToyStack, assert_replacement_equivalence, groupings, toy_stacks
 from theseus_quant import QuantLinear, quantized_copy
+from theseus_quant.bert import QuantBertSelfAttention
 
 from .helpers import bert_batch, tiny_bert
 
@@ -52,6 +54,21 @@ def test_quantized_bert_layers_satisfy_the_replacement_contract(layers):
     assert torch.isfinite(model(**bert_batch()).last_hidden_state).all()
 
 
+@pytest.mark.parametrize("attention", [True, False])
+def test_quantized_bert_layers_quantize_their_attention_unless_told_not_to(attention):
+    model = tiny_bert(layers=2)
+    successor = quantized_copy(2, 8, attention=attention)([model.encoder.layer[0]])
+    quantized = [m for m in successor.modules() if isinstance(m, QuantBertSelfAttention)]
+    assert len(quantized) == (1 if attention else 0)
+    assert type(model.encoder.layer[0].attention.self) is BertSelfAttention, "the predecessor must be left alone"
+    if attention:
+        hidden = torch.randn(3, 9, 16)
+        _, probs = quantized[0](hidden)
+        step = quantized[0].probs_quant.step().detach()
+        torch.testing.assert_close(probs, torch.round(probs / step) * step)  # on the 8-bit grid
+    assert quantized_copy(2, None)([model.encoder.layer[0]]).attention.self.__class__ is BertSelfAttention
+
+
 def test_a_single_linear_group_becomes_a_quant_linear():
     model = nn.Sequential(nn.Linear(3, 3), nn.ReLU(), nn.Linear(3, 2))
     theseus = th.replace_(model, [th.ModuleSpec("0", quantized_copy(1, None))])
@@ -66,3 +83,4 @@ def test_bad_factory_arguments_raise_when_the_spec_is_made():
     with pytest.raises(ValueError, match="layers"):
         quantized_copy(2, 8, [])
     assert repr(quantized_copy(2, 8, [0])) == "quantized_copy(2, 8, layers=[0])"
+    assert repr(quantized_copy(1, 8, attention=False)) == "quantized_copy(1, 8, attention=False)"
