@@ -36,6 +36,7 @@ METHODS: dict[str, dict[str, Any]] = {
     "theseus+consistency": {"baselines": [], "consistency_weight": 1.0},
     "theseus+kd": {"baselines": [], "kd_weight": 1.0},
     "truncated": {"theseus": False, "baselines": ["truncated"]},
+    "truncated-pretrained": {"theseus": False, "baselines": ["pretrained"]},
     "kd": {"theseus": False, "baselines": ["kd"]},
     "scratch": {"theseus": False, "baselines": ["scratch"]},
 }
@@ -44,11 +45,11 @@ METHODS: dict[str, dict[str, Any]] = {
 
 def model_of(method: str) -> str:
     """The report's model entry a method trains."""
-    return "theseus" if method.startswith("theseus") else f"baseline:{method}"
+    return "theseus" if method.startswith("theseus") else f"baseline:{METHODS[method]['baselines'][0]}"
 
 
 def phase_of(method: str) -> str:
-    return "replacing" if method.startswith("theseus") else f"baseline:{method}"
+    return "replacing" if method.startswith("theseus") else model_of(method)
 
 
 class Comparison:

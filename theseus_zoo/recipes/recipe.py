@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-BASELINES = ("truncated", "scratch", "kd")
+BASELINES = ("truncated", "pretrained", "scratch", "kd")
 """Baselines the trainer knows: ``truncated`` fine-tunes the successor-sized model initialised like the
-successors (the predecessor's layers the plan's ``init`` names: the bottom ones for the paper's ``"first"``, each
-group's last for ``"group_last"``); ``scratch`` trains the small architecture from a random
+successors (the fine-tuned predecessor's layers the plan's ``init`` names: the bottom ones for the paper's
+``"first"``, each group's last for ``"group_last"``); ``pretrained`` does the same from the model before the
+predecessor phase (the pretrained checkpoint with a fresh head: the paper's "fine-tuned bottom 6L" row, BERT-PKD's
+BERT6-FT; only for recipes with a predecessor phase); ``scratch`` trains the small architecture from a random
 initialisation; ``kd`` is vanilla knowledge distillation into the ``truncated`` initialisation
 (Hinton et al.: task loss plus soft cross-entropy to the frozen predecessor's logits)."""
 
@@ -196,6 +198,11 @@ class Recipe:
         unknown = [name for name in self.baselines if name not in BASELINES]
         if unknown:
             raise ValueError(f"unknown baselines {unknown}; available: {', '.join(BASELINES)}")
+        if "pretrained" in self.baselines and self.predecessor is None:
+            raise ValueError(
+                "the pretrained baseline cuts the model from before the predecessor phase, and this recipe has none "
+                "(its predecessor is used as given): use truncated"
+            )
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Recipe:
         """A copy with fields replaced; nested dicts update ``options`` and the phases field by field."""

@@ -8,7 +8,7 @@ same data order, routes and schedule step:
    fine-tuned one);
 2. ``replacing``: `theseus_core.replace_`, the linear curriculum until p = 1, then
    successor fine-tuning; early stopping on the dev metric keeps the best state;
-3. ``baseline:<name>``: each baseline (``truncated``, ``scratch``, ``kd``; see
+3. ``baseline:<name>``: each baseline (``truncated``, ``pretrained``, ``scratch``, ``kd``; see
    `theseus_zoo.recipes.BASELINES`), same harness, data order and step budget;
 4. ``report``: test metrics, parameters, size on disk, measured speedup, export,
    ``report.json`` / ``report.md`` and ``curves.png``.
@@ -305,7 +305,7 @@ class Run:
 
         baselines = {}
         for name in self.recipe.baselines:
-            baseline = self.task.scratch() if name == "scratch" else self.task.truncated(predecessor)
+            baseline = self._baseline_model(name, predecessor)
             key = f"baseline:{name}"
             if not self._finished(key):
                 loss = self._distillation_loss(predecessor, self.recipe.kd_alpha) if name == "kd" else None
@@ -316,6 +316,13 @@ class Run:
             self.tensorboard.close()
         # rank 0 tests, times, exports and writes; the others wait for its report (and so for its files)
         return ranks.from_rank_zero(self._report(predecessor, compact, baselines) if self.main else None)
+
+    def _baseline_model(self, name: str, predecessor: nn.Module) -> nn.Module:
+        """A baseline's model before its training (see `theseus_zoo.recipes.BASELINES`); ``pretrained`` cuts a
+        fresh `Task.build_predecessor`, the model as it was before the predecessor phase."""
+        if name == "scratch":
+            return self.task.scratch()
+        return self.task.truncated(self.task.build_predecessor() if name == "pretrained" else predecessor)
 
     def _replacing_parameters(self, model: nn.Module, theseus: th.Theseus) -> list[ParameterGroup]:
         """The successors' parameters, and with ``unfreeze_at_one`` those it unfreezes at p = 1 (frozen until then:

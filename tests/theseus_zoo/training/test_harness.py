@@ -1,5 +1,7 @@
 """The training harness as the reference ``run_glue.py`` sets it up, and the extensions beyond the paper."""
 
+import copy
+import dataclasses
 import json
 
 import pytest
@@ -196,6 +198,24 @@ def test_a_run_without_theseus_trains_the_baselines_only(tmp_path):
     assert set(report["models"]) == {"predecessor", "baseline:truncated"}
     assert {r["phase"] for r in records} == {"predecessor", "baseline:truncated"}
     assert not (tmp_path / "run" / "model").exists()
+
+
+def test_the_pretrained_baseline_is_cut_from_the_model_before_the_predecessor_phase(tmp_path, monkeypatch):
+    """``truncated`` starts from the fine-tuned predecessor, ``pretrained`` from a fresh `build_predecessor` (the
+    paper's "fine-tuned bottom 6L" row); both then train alike."""
+    given = []
+    cut = toy.ToyTask.truncated
+    monkeypatch.setattr(
+        toy.ToyTask, "truncated", lambda self, model: given.append(copy.deepcopy(model)) or cut(self, model)
+    )
+    report, records = compress(tmp_path, {"theseus": False, "baselines": ["truncated", "pretrained"]})
+    assert set(report["models"]) == {"predecessor", "baseline:truncated", "baseline:pretrained"}
+    assert {r["phase"] for r in records} == {"predecessor", "baseline:truncated", "baseline:pretrained"}
+    fine_tuned, pretrained = (dict(model.named_parameters()) for model in given)
+    assert fine_tuned.keys() == pretrained.keys()
+    assert all(not torch.equal(fine_tuned[name], pretrained[name]) for name in fine_tuned)
+    with pytest.raises(ValueError, match=r"pretrained baseline .* has none"):
+        dataclasses.replace(get_recipe("toy"), predecessor=None, baselines=("pretrained",))
 
 
 def test_reports_carry_standard_errors_and_paired_intervals(tmp_path):
