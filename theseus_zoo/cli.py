@@ -50,9 +50,9 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--steps-to-one", type=int, help="step at which the replacing rate reaches 1")
         command.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
         command.add_argument("--no-progress", action="store_true", help="no progress bars")
-    compress.add_argument(
-        "--predecessor-from", type=Path, help="a run directory whose fine-tuned predecessor to take (same recipe)"
-    )
+        command.add_argument(
+            "--predecessor-from", type=Path, help="a run directory whose fine-tuned predecessor to take (same recipe)"
+        )
     sweep.add_argument("--grid", action="append", default=[], help="FIELD=V1,V2,... (repeatable; FIELD may be dotted)")
     sweep.add_argument("--paper-grid", action="store_true", help="BERT-of-Theseus' grid: lr, basic rate b, steps to 1")
     analyze.add_argument("--analysis", required=True, choices=("sensitivity", "schedules", "budget"))
@@ -101,7 +101,15 @@ def main(argv: list[str] | None = None) -> int:
             if not grid:
                 raise ValueError("give --grid FIELD=V1,V2,... (repeatable) or --paper-grid")
             out = args.out or Path("runs") / f"{recipe.name}-sweep"
-            print(markdown(sweep(recipe, grid, out, resume=args.resume, progress=not args.no_progress)))
+            summary = sweep(
+                recipe,
+                grid,
+                out,
+                resume=args.resume,
+                progress=not args.no_progress,
+                predecessor_from=args.predecessor_from,
+            )
+            print(markdown(summary))
             print(f"every point's run, sweep.json and sweep.md are in {out}")
             return 0
         if args.command == "analyze":
@@ -110,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             out = args.out or Path("runs") / f"{recipe.name}-{args.analysis}"
             if not args.resume and out.exists() and any(out.iterdir()):
                 raise ValueError(f"{out} holds an analysis already; pass --resume to continue it, or another --out")
-            options = {"progress": not args.no_progress}
+            options = {"progress": not args.no_progress, "predecessor_from": args.predecessor_from}
             if args.analysis == "schedules":
                 options["constant_rate"] = args.constant_rate
             elif args.analysis == "budget":

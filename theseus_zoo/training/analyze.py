@@ -1,6 +1,7 @@
 """`theseus analyze`: the paper's analyses on any recipe, each a table and a plot.
 
     theseus analyze --recipe NAME --analysis sensitivity [--out DIR] [--config FILE] [--seed N] [--resume]
+                    [--predecessor-from RUN]
     theseus analyze --recipe NAME --analysis schedules   [--constant-rate 0.5] ...
     theseus analyze --recipe NAME --analysis budget      [--budgets 0.5 1 2] ...
 
@@ -13,8 +14,8 @@
   scaled alike): does the gap close with budget?
 
 Every run is an ordinary `theseus compress` run in ``<out>/<name>``, sharing the first run's fine-tuned
-predecessor; an interrupted analysis continues with ``--resume`` (finished runs are kept). Writes
-``<out>/<analysis>.json``, ``.md`` and ``.png``.
+predecessor (or, with ``--predecessor-from RUN``, that finished run's); an interrupted analysis continues with
+``--resume`` (finished runs are kept). Writes ``<out>/<analysis>.json``, ``.md`` and ``.png``.
 """
 
 from __future__ import annotations
@@ -59,12 +60,14 @@ def only_successor(theseus: th.Theseus, index: int) -> Iterator[None]:
         theseus.eval_route = route
 
 
-def sensitivity(recipe: Recipe, out: Path, *, progress: bool = True) -> dict[str, Any]:
+def sensitivity(
+    recipe: Recipe, out: Path, *, progress: bool = True, predecessor_from: Path | None = None
+) -> dict[str, Any]:
     """Table 5 (module doc). Returns the summary written to ``sensitivity.json``."""
     from ..tasks import build_task
 
     run_dir = out / "run"
-    _compress(recipe.with_overrides({"baselines": ()}), run_dir, None, progress)
+    _compress(recipe.with_overrides({"baselines": ()}), run_dir, predecessor_from, progress)
     state = read_checkpoint(run_dir / "checkpoint.pt")
     task = build_task(recipe.family, recipe.options, recipe.seed)
     predecessor = task.build_predecessor()
@@ -107,14 +110,21 @@ def sensitivity(recipe: Recipe, out: Path, *, progress: bool = True) -> dict[str
     return summary
 
 
-def schedules(recipe: Recipe, out: Path, *, constant_rate: float = 0.5, progress: bool = True) -> dict[str, Any]:
+def schedules(
+    recipe: Recipe,
+    out: Path,
+    *,
+    constant_rate: float = 0.5,
+    progress: bool = True,
+    predecessor_from: Path | None = None,
+) -> dict[str, Any]:
     """Table 6 (module doc). Returns the summary written to ``schedules.json``."""
     variants = {
         "curriculum": {"schedule": "curriculum"},
         "constant": {"schedule": "constant", "schedule_base": constant_rate},
         "anti_curriculum": {"schedule": "anti_curriculum"},
     }
-    rows, source = [], None
+    rows, source = [], predecessor_from
     for name, overrides in variants.items():
         report = _compress(recipe.with_overrides({**overrides, "baselines": ()}), out / name, source, progress)
         source = source or out / name
@@ -141,9 +151,16 @@ def schedules(recipe: Recipe, out: Path, *, constant_rate: float = 0.5, progress
     return summary
 
 
-def budget(recipe: Recipe, out: Path, *, budgets: Sequence[float] = (0.5, 1.0, 2.0), progress: bool = True) -> dict:
+def budget(
+    recipe: Recipe,
+    out: Path,
+    *,
+    budgets: Sequence[float] = (0.5, 1.0, 2.0),
+    progress: bool = True,
+    predecessor_from: Path | None = None,
+) -> dict:
     """Theseus against truncated fine-tuning at several budgets (module doc). Returns the summary."""
-    rows, source = [], None
+    rows, source = [], predecessor_from
     for factor in budgets:
         steps = max(1, round(recipe.replacing.steps * factor))
         overrides = {

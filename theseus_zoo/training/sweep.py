@@ -77,8 +77,18 @@ def points(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
     return [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())]
 
 
-def sweep(recipe: Recipe, grid: Mapping[str, Sequence[Any]], out: Path, *, resume: bool, progress: bool) -> dict:
-    """Runs every grid point of ``recipe`` (see the module doc); returns the summary written to sweep.json."""
+def sweep(
+    recipe: Recipe,
+    grid: Mapping[str, Sequence[Any]],
+    out: Path,
+    *,
+    resume: bool,
+    progress: bool,
+    predecessor_from: Path | None = None,
+) -> dict:
+    """Runs every grid point of ``recipe`` (see the module doc); returns the summary written to sweep.json.
+    ``predecessor_from``: a finished run whose fine-tuned predecessor every point takes (when the grid leaves the
+    predecessor alone), instead of the first point fine-tuning one."""
     from .trainer import Run, RunError
 
     out = Path(out)
@@ -101,7 +111,7 @@ def sweep(recipe: Recipe, grid: Mapping[str, Sequence[Any]], out: Path, *, resum
     shares_predecessor = recipe.predecessor is not None and not any(
         field.partition(".")[0] in _PREDECESSOR_FIELDS for field in grid
     )
-    rows, source = [], None
+    rows, source = [], predecessor_from
     for number, (directory, point, candidate) in enumerate(candidates):
         if isinstance(candidate, Exception):
             rows.append({"point": point, "skipped": str(candidate)})

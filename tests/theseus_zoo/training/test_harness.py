@@ -248,6 +248,29 @@ def test_analyze_runs_the_papers_analyses_on_the_toy_recipe(tmp_path):
         assert cli.main([*args, "--analysis", analysis, *extra, "--resume"]) == 0
 
 
+def test_analyses_and_sweeps_can_start_from_a_finished_runs_predecessor(tmp_path):
+    compress(tmp_path, out="source")
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(TINY))
+    common = [
+        "--recipe",
+        "toy",
+        "--config",
+        str(config),
+        "--no-progress",
+        "--predecessor-from",
+        str(tmp_path / "source"),
+    ]
+    budget = ["analyze", *common, "--analysis", "budget", "--budgets", "0.5", "--out", str(tmp_path / "budget")]
+    sweep = ["sweep", *common, "--grid", "replacing.lr=1e-3", "--out", str(tmp_path / "sweep")]
+    assert cli.main(budget) == 0 and cli.main(sweep) == 0
+    source = json.loads((tmp_path / "source" / "report.json").read_text())["models"]["predecessor"]["test"]
+    for run in (tmp_path / "budget" / "budget-15", tmp_path / "sweep" / "point-00"):
+        assert json.loads((run / "report.json").read_text())["models"]["predecessor"]["test"] == source
+        phases = {json.loads(line)["phase"] for line in (run / "metrics.jsonl").read_text().splitlines()}
+        assert "predecessor" not in phases  # taken, not fine-tuned again
+
+
 def test_the_replacing_phase_lets_replace_verify_the_surgery_on_the_tasks_example_inputs(tmp_path, monkeypatch):
     from theseus_zoo.training import trainer
 
