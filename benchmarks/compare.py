@@ -35,12 +35,15 @@ METHODS: dict[str, dict[str, Any]] = {
     "theseus+unfreeze-all": {"baselines": [], "unfreeze_at_one": "all"},
     "theseus+consistency": {"baselines": [], "consistency_weight": 1.0},
     "theseus+kd": {"baselines": [], "kd_weight": 1.0},
+    "theseus-constant": {"baselines": [], "schedule": "constant", "schedule_base": 0.5},  # Table 6's ablations
+    "theseus-anti-curriculum": {"baselines": [], "schedule": "anti_curriculum"},
     "truncated": {"theseus": False, "baselines": ["truncated"]},
     "truncated-pretrained": {"theseus": False, "baselines": ["pretrained"]},
     "kd": {"theseus": False, "baselines": ["kd"]},
     "scratch": {"theseus": False, "baselines": ["scratch"]},
 }
-"""Each method as recipe overrides: Theseus as the paper has it, its extensions, and the baselines alone."""
+"""Each method as recipe overrides: Theseus as the paper has it, its extensions (``+``), its schedule ablations (the
+paper's Table 6: a constant p = 0.5, the anti-curriculum), and the baselines alone."""
 
 
 def model_of(method: str) -> str:
