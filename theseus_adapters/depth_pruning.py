@@ -8,6 +8,7 @@ theseus. The model given is only read.
 - `shortgpt` (Men et al. 2024, "ShortGPT: Layers in Large Language Models are More Redundant Than You Expect",
   §3): the Block Influence of layer i is ``BI_i = 1 − E[cos(x_i, x_{i+1})]``, the cosine between a token's hidden
   state entering and leaving the layer, averaged over the calibration tokens; the layers with the lowest BI go.
+- `influence_groups`: Theseus groups around ShortGPT's kept layers, so that replacing starts from ShortGPT's model.
 - `streamline` (Chen et al., ICLR 2025, "Streamlining Redundant Layers to Compress Large Language Models", §3):
   the run of ``n − m + 1`` consecutive layers whose input and output hidden states have the highest mean cosine
   is replaced by one lightweight layer trained with the MSE between its output and the run's output on the run's
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -203,10 +205,37 @@ def shortgpt(model: nn.Module, num_layers: int, batches: Iterable[Batch], *, sta
     total = len(model.get_submodule(found.path))
     _check_depth(num_layers, total)
     scores = block_influence(model, batches, stack=stack)
-    # The lowest BI go; a tie removes the later layer (the stable sort keeps the earlier one first).
-    order = sorted(range(total), key=lambda i: -float(scores[i]))
-    kept = sorted(order[:num_layers])
+    kept = _most_influential(scores, num_layers)
     return DepthPruned(keep_layers(model, kept, stack=found), tuple(kept), tuple(float(s) for s in scores))
+
+
+def _most_influential(scores: torch.Tensor, num_layers: int) -> list[int]:
+    """The ``num_layers`` layers of highest Block Influence, in order; a tie removes the later layer (the stable
+    sort keeps the earlier one first)."""
+    order = sorted(range(len(scores)), key=lambda i: -float(scores[i]))
+    return sorted(order[:num_layers])
+
+
+def influence_groups(
+    model: nn.Module, num_layers: int, batches: Iterable[Batch], *, stack: str | None = None
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Groups for a Theseus plan that starts where ShortGPT ends: ``(group_sizes, sources)`` for
+    ``theseus_adapters.hf.plan(model, num_layers, group_sizes=..., init=sources)``.
+
+    Each layer ShortGPT keeps (`shortgpt` on the same batches) begins a group that also holds the removed layers
+    after it, and its successor starts as a copy of it; the first group also holds the removed layers before the
+    first kept one. A kept layer followed by another kept layer is a group of one, whose successor starts as
+    itself. So the untrained successor model is ShortGPT's, and replacing trains each successor against the run of
+    layers it stands for.
+
+    Raises:
+        ValueError: ``num_layers`` not in ``[1, n)``, or as `layer_similarities`.
+    """
+    total = len(model.get_submodule(layer_stack(model, stack).path))
+    _check_depth(num_layers, total)
+    kept = _most_influential(block_influence(model, batches, stack=stack), num_layers)
+    bounds = [0, *kept[1:], total]
+    return tuple(b - a for a, b in itertools.pairwise(bounds)), tuple(kept)
 
 
 def most_similar_run(similarity: torch.Tensor, length: int) -> int:

@@ -6,8 +6,9 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+import theseus_core as th
 from tests.theseus_adapters.test_hf import reload_without_theseus
-from theseus_adapters import depth_pruning
+from theseus_adapters import depth_pruning, hf
 
 NEW_TOKENS = 4
 
@@ -66,6 +67,24 @@ def test_shortgpt_removes_the_layers_of_lowest_influence_and_leaves_the_model_al
     assert [layer.self_attn.layer_idx for layer in pruned.model.model.layers] == [0, 1, 2]
     assert model.config.num_hidden_layers == 6 and len(model.model.layers) == 6
     assert all(torch.equal(before[name], tensor) for name, tensor in model.state_dict().items())
+
+
+@pytest.mark.parametrize("num_layers", [1, 2, 3, 5])
+def test_influence_groups_start_theseus_from_shortgpts_model(num_layers):
+    """Each kept layer begins its group (the first group also takes the layers before it), and the finalized
+    untrained plan is ShortGPT's model: the same layers, the same logits."""
+    model = tiny_llama()
+    sizes, sources = depth_pruning.influence_groups(model, num_layers, batches())
+    pruned = depth_pruning.shortgpt(model, num_layers, batches())
+    assert sources == pruned.sources and sum(sizes) == 6 and len(sizes) == num_layers
+    starts = [sum(sizes[:i]) for i in range(num_layers)]
+    assert starts[1:] == list(sources[1:])
+    assert all(start <= source < start + size for start, source, size in zip(starts, sources, sizes, strict=True))
+    copy = tiny_llama()
+    finalized = th.replace_(copy, hf.plan(copy, num_layers, group_sizes=sizes, init=sources)).finalize()
+    inputs = batches(1, seed=7)[0]
+    with torch.no_grad():
+        torch.testing.assert_close(finalized(**inputs).logits, pruned.model(**inputs).logits)
 
 
 def test_layer_similarities_of_a_run_of_identity_layers_is_one_and_streamline_finds_it():

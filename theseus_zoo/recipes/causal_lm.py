@@ -58,6 +58,25 @@ SMOLLM2_RECIPES = {
     for truncation in ("plan", "shortgpt", "streamline")
 }
 
+SMOLLM2_INFLUENCE = {
+    num_layers: register_recipe(
+        Recipe(
+            name=f"smollm2-30to{num_layers}-influence",
+            family="causal_lm",
+            description=f"SmolLM2-135M-Instruct 30 -> {num_layers} layers, Theseus from ShortGPT's layers "
+            "(groups by Block Influence), LM loss on BBC News text",
+            options={**SMOLLM2, "num_layers": num_layers, "groups": "block_influence", "init": "first"},
+            replacing=SMOLLM2_PHASE,
+            steps_to_one=100,
+            baselines=(),
+        )
+    )
+    for num_layers in (15, 20)
+}
+"""Theseus whose untrained successor model is ShortGPT's (``groups: block_influence``): each layer ShortGPT keeps
+starts the successor of a group made of it and the removed layers after it. No baseline: its ``truncated`` would be
+the ``-shortgpt`` recipe's, trained on the same steps and data order."""
+
 SMOLLM2_GPU = register_recipe(
     Recipe(
         name="smollm2-30to15-gpu",

@@ -18,6 +18,11 @@ Family ``"causal_lm"``. Its options (all optional):
   (``null``: all of them): the dev perplexity runs at every evaluation, and CPU time is short.
   (default: ``64``, ``256``)
 - ``num_layers``, ``init``, ``group_sizes``: as in `theseus_adapters.hf.plan`. (default: ``15``, ``"first"``)
+- ``groups``: ``"even"`` (``group_sizes`` and ``init`` as given) or ``"block_influence"``: the groups of
+  `theseus_adapters.depth_pruning.influence_groups` on ``calibration_sequences`` training sequences, each kept
+  layer of ShortGPT beginning a group of the removed layers after it and its successor starting as that layer,
+  so that replacing starts from ShortGPT's model (``group_sizes`` unset and ``init`` ``"first"`` then). The
+  ``truncated`` baseline with ``truncation: plan`` then starts from ShortGPT's model too. (default: ``"even"``)
 - ``truncation``: what the ``truncated`` and ``kd`` baselines start from: ``"plan"`` (the layers the plan's
   ``init`` names, as for every family), ``"shortgpt"`` (the layers of highest Block Influence,
   `theseus_adapters.depth_pruning.shortgpt`) or ``"streamline"`` (the most similar run replaced by one layer
@@ -74,6 +79,7 @@ class CausalLMOptions:
     num_layers: int = field(default=15, metadata={"min": 1})
     init: str | tuple[int, ...] = "first"
     group_sizes: tuple[int, ...] | None = None
+    groups: Literal["even", "block_influence"] = "even"
     truncation: Literal["plan", "shortgpt", "streamline"] = "plan"
     calibration_sequences: int = field(default=64, metadata={"min": 1})
     streamline_steps: int = field(default=100, metadata={"min": 1})
@@ -90,6 +96,7 @@ class CausalLMTask:
         "num_layers",
         "init",
         "group_sizes",
+        "groups",
         "truncation",
         "calibration_sequences",
         "streamline_steps",
@@ -105,8 +112,16 @@ class CausalLMTask:
             dataset.endswith(".txt") and Path(dataset).is_file()
         ):
             raise ValueError(f"unknown dataset {dataset!r} (no such .txt file); give one of: {', '.join(CORPORA)}")
+        if self.options.groups == "block_influence" and (
+            self.options.group_sizes is not None or self.options.init != "first"
+        ):
+            raise ValueError(
+                "groups='block_influence' chooses the group sizes and the layers the successors start from: "
+                "leave group_sizes unset and init at 'first'"
+            )
         self._sequences: dict[str, torch.Tensor] | None = None
         self._weights: dict[str, torch.Tensor] = {}
+        self._influence_groups: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
     # ------------------------------------------------------------ model and data
     def model_path(self) -> str:
@@ -265,7 +280,16 @@ class CausalLMTask:
     def plan(self, model: nn.Module) -> th.Plan:
         from theseus_adapters import hf
 
-        return hf.plan(model, self.options.num_layers, init=self.options.init, group_sizes=self.options.group_sizes)
+        init, group_sizes = self.options.init, self.options.group_sizes
+        if self.options.groups == "block_influence" and not next(model.parameters()).is_meta:
+            # measured once, on the model first planned (the predecessor), and kept for the truncated baseline
+            if self._influence_groups is None:
+                from theseus_adapters import depth_pruning
+
+                batches = self.calibration_batches()
+                self._influence_groups = depth_pruning.influence_groups(model, self.options.num_layers, batches)
+            group_sizes, init = self._influence_groups
+        return hf.plan(model, self.options.num_layers, init=init, group_sizes=group_sizes)
 
     def calibration_batches(self) -> list[dict[str, torch.Tensor]]:
         """``calibration_sequences`` training sequences, evenly spaced, in batches of ``eval_batch_size``."""

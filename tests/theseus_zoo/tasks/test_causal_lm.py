@@ -1,6 +1,7 @@
 """The causal_lm family: a tiny random Llama and a WordPiece tokenizer written to disk, a corpus of paragraphs in a
 .txt file, and `theseus compress` end to end; the SmolLM2 asset when it is cached."""
 
+import copy
 import json
 import random
 
@@ -145,6 +146,23 @@ def test_compress_exports_a_plain_transformers_decoder_that_scores_as_reported(t
     assert tokens.shape == (1, 8)  # the KV cache works after finalize's layer_idx renumbering
 
 
+def test_block_influence_groups_start_theseus_and_truncated_from_shortgpts_layers(tiny_model, corpus, tmp_path):
+    influence = options(tiny_model, corpus, num_layers=2, groups="block_influence", init="first")
+    task = build_task("causal_lm", influence, 0)
+    predecessor = task.build_predecessor()
+    shortgpt = build_task("causal_lm", options(tiny_model, corpus, num_layers=2, truncation="shortgpt"), 0)
+    pruned = shortgpt.truncated(predecessor)
+    inputs = task.dataset("dev")[:2]
+    model = copy.deepcopy(predecessor)
+    untrained = th.replace_(model, task.plan(model)).finalize()
+    with torch.no_grad():
+        for start in (untrained, task.truncated(predecessor)):
+            torch.testing.assert_close(start(input_ids=inputs).logits, pruned(input_ids=inputs).logits)
+    assert compress(tmp_path, {"options": influence, "baselines": []}) == 0
+    with pytest.raises(ValueError, match="leave group_sizes unset and init at 'first'"):
+        build_task("causal_lm", {**influence, "group_sizes": [3, 1]}, 0)
+
+
 def test_a_streamline_baseline_run_trains_only_that_baseline(tiny_model, corpus, tmp_path):
     overrides = {
         "options": options(tiny_model, corpus, truncation="streamline"),
@@ -179,6 +197,9 @@ def test_the_smollm2_recipes_are_valid_for_a_30_layer_model():
         assert recipe.predecessor is None and recipe.family == "causal_lm"
     main, shortgpt = get_recipe("smollm2-30to15"), get_recipe("smollm2-30to15-shortgpt")
     assert shortgpt.replacing == main.replacing and not shortgpt.theseus and shortgpt.baselines == ("truncated",)
+    for recipe in causal_lm_recipes.SMOLLM2_INFLUENCE.values():
+        assert parse_options(CausalLMOptions, recipe.options, "causal_lm").groups == "block_influence"
+        assert recipe.replacing == main.replacing and recipe.theseus and not recipe.baselines
     gpu = get_recipe("smollm2-30to15-gpu")
     parsed = parse_options(CausalLMOptions, gpu.options, "causal_lm")
     assert parsed.num_layers == 15 and parsed.sequence_length == 512 and parsed.test_sequences is None
