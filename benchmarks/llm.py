@@ -2,7 +2,7 @@
 
     python -m benchmarks.llm [--layers 15] [--split test] [--runs RUN_DIR ...] [--calibration 64]
                              [--streamline-steps 100] [--streamline-lr 1e-4] [--new-tokens 24] [--threads 2]
-                             [--options JSON] [--out benchmarks/results] [--name llm-15l]
+                             [--options JSON] [--out benchmarks/results] [--name llm-15l] [--resume]
 
 For one depth, on the ``causal_lm`` family's corpus and sequences (``--options`` changes its options: another
 model, corpus, sequence length): the predecessor; the untrained ``num_layers``-layer models the plan's inits start
@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +59,7 @@ def measure(task: Any, model: nn.Module, split: str, new_tokens: int) -> dict[st
     tokenizer = task.tokenizer()
     generations, decode = [], []
     for prompt in PROMPTS:
-        inputs = tokenizer(prompt, return_tensors="pt")
+        inputs = tokenizer(prompt, return_tensors="pt", return_token_type_ids=False)  # generate() refuses them
         started = time.perf_counter()
         with torch.no_grad():
             tokens = model.generate(
@@ -94,6 +96,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--options", default="{}", help="causal_lm options as JSON (model, dataset, ...)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--name", default=None, help="file name of the results (default: llm-<layers>l)")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the models already measured in <out>/<name>.json (same settings; their speeds from then)",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -108,32 +115,54 @@ def main(argv: list[str] | None = None) -> None:
     task = build_task("causal_lm", options, 0)
     task.check()
     predecessor = task.build_predecessor().eval()
-    results: dict[str, Any] = {"environment": environment(), "options": options, "split": args.split, "models": {}}
+    stem = args.name or f"llm-{args.layers}l"
+    settings = {"options": options, "split": args.split, "new_tokens": args.new_tokens}
+    settings["streamline"] = {"steps": args.streamline_steps, "lr": args.streamline_lr}
+    measured: dict[str, Any] = {}
+    if args.resume and (args.out / f"{stem}.json").exists():
+        previous = json.loads((args.out / f"{stem}.json").read_text())
+        if previous.get("settings") != settings:
+            raise SystemExit(
+                f"--resume: {args.out / stem}.json was measured with other settings: {previous.get('settings')}"
+            )
+        measured = previous["models"]
+    results: dict[str, Any] = {"environment": environment(), "settings": settings, **settings, "models": {}}
 
-    def record(name: str, model: nn.Module, **extra: Any) -> None:
-        results["models"][name] = {**measure(task, model, args.split, args.new_tokens), **extra}
-        print(f"{name}: perplexity {results['models'][name]['perplexity']:.2f}", flush=True)
+    def record(name: str, build: Callable[[], tuple[nn.Module, dict[str, Any]]]) -> None:
+        """Measures the model ``build()`` gives (with what it says of itself) under ``name``, or keeps what
+        ``--resume`` found."""
+        if name not in measured:
+            started = time.perf_counter()
+            model, extra = build()
+            extra["build_seconds"] = time.perf_counter() - started
+            measured[name] = {**measure(task, model, args.split, args.new_tokens), **extra}
+        results["models"][name] = measured[name]
+        print(f"{name}: perplexity {measured[name]['perplexity']:.2f}", flush=True)
 
-    record("predecessor", predecessor)
-    for init in ("first", "every_other", "group_last"):
+    def start(init: str) -> tuple[nn.Module, dict[str, Any]]:
         model = copy.deepcopy(predecessor)
         plan = hf.plan(model, args.layers, init=init, group_sizes=task.options.group_sizes)
-        record(f"start: init={init} (untrained)", th.replace_(model, plan).finalize())
-    batches = task.calibration_batches()
-    started = time.perf_counter()
-    pruned = depth_pruning.shortgpt(predecessor, args.layers, batches)
-    record("ShortGPT (untrained)", pruned.model, kept=pruned.sources, seconds=time.perf_counter() - started)
-    started = time.perf_counter()
-    pruned = depth_pruning.streamline(
-        predecessor, args.layers, batches, steps=args.streamline_steps, lr=args.streamline_lr
-    )
-    record(
-        "LLM-Streamline (MSE stage only)",
-        pruned.model,
-        replaced=pruned.replaced,
-        mse=pruned.mse,
-        seconds=time.perf_counter() - started,
-    )
+        return th.replace_(model, plan).finalize(), {}
+
+    def shortgpt() -> tuple[nn.Module, dict[str, Any]]:
+        pruned = depth_pruning.shortgpt(predecessor, args.layers, task.calibration_batches())
+        return pruned.model, {"kept": pruned.sources}
+
+    def streamline() -> tuple[nn.Module, dict[str, Any]]:
+        batches = task.calibration_batches()
+        pruned = depth_pruning.streamline(
+            predecessor, args.layers, batches, steps=args.streamline_steps, lr=args.streamline_lr
+        )
+        return pruned.model, {"replaced": pruned.replaced, "mse": pruned.mse}
+
+    def exported(run: Path) -> tuple[nn.Module, dict[str, Any]]:
+        return AutoModelForCausalLM.from_pretrained(run / "model"), {}
+
+    record("predecessor", lambda: (predecessor, {}))
+    for init in ("first", "every_other", "group_last"):
+        record(f"start: init={init} (untrained)", functools.partial(start, init))
+    record("ShortGPT (untrained)", shortgpt)
+    record("LLM-Streamline (MSE stage only)", streamline)
     results["runs"] = {}
     for run in args.runs:
         report = json.loads((run / "report.json").read_text())
@@ -142,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
             for name, entry in report["models"].items()
         }
         if (run / "model").is_dir():
-            record(f"{run.name}: exported successor", AutoModelForCausalLM.from_pretrained(run / "model"))
+            record(f"{run.name}: exported successor", functools.partial(exported, run))
 
     rows = [
         [
@@ -167,7 +196,7 @@ def main(argv: list[str] | None = None) -> None:
         markdown += f"- *{prompt}*\n"
         for name, entry in results["models"].items():
             markdown += f"  - {name}: {json.dumps(entry['generations'][index])}\n"
-    write_report(results, args.out, args.name or f"llm-{args.layers}l", markdown)
+    write_report(results, args.out, stem, markdown)
 
 
 if __name__ == "__main__":
