@@ -338,7 +338,9 @@ def plan(
 
     Args:
         model: A transformers model (``PreTrainedModel``, any head). Only read.
-        num_layers: Successor layers, one per group, ``1 <= num_layers < n``. (default: ``6``)
+        num_layers: Successor layers, one per group, ``1 <= num_layers < n``; ``n`` too (one layer a group, the
+            same depth) with an explicit ``successor`` of another kind, such as quantized copies
+            (`theseus_quant.quantized_copy`). (default: ``6``)
         init: Which predecessor layer each successor starts from: ``"first"`` (the
             bottom ``num_layers`` layers, the paper's choice), ``"every_other"``
             (each group's first layer), ``"group_last"`` (each group's last layer),
@@ -385,10 +387,10 @@ def plan(
     found = layer_stack(model, stack)
     config = found.config(model)
     total = len(model.get_submodule(found.path))
-    if not isinstance(num_layers, int) or not 1 <= num_layers < total:
-        raise ValueError(
-            f"num_layers must be an integer in [1, {total}) for this {total}-layer model, got {num_layers}"
-        )
+    same_depth = successor is not None  # a successor of another kind may keep every layer
+    if not isinstance(num_layers, int) or not 1 <= num_layers <= total - (not same_depth):
+        interval = f"[1, {total}]" if same_depth else f"[1, {total}) (or {total} with a successor of another kind)"
+        raise ValueError(f"num_layers must be an integer in {interval} for this {total}-layer model, got {num_layers}")
     sizes = th.group_sizes_for(total, num_layers, group_sizes)
     narrow = hidden_size is not None and hidden_size != config.hidden_size
     if hidden_size is not None and not (isinstance(hidden_size, int) and hidden_size > 0):

@@ -363,3 +363,18 @@ def test_unsupported_models_are_refused_before_anything_changes(make, kwargs, me
         th.replace_(model, hf.plan(model, **{"num_layers": 2, **kwargs}))
     assert not any(isinstance(m, th.ReplacementSite) for m in model.modules())
     assert all(torch.equal(model.state_dict()[k], v) for k, v in before.items())
+
+
+def test_a_successor_of_another_kind_may_keep_every_layer():
+    # Quantized copies (theseus_quant) keep the depth: one layer a group; a plain copy of every layer is refused.
+    from theseus_quant import QuantLinear, quantized_copy
+
+    family = FAMILIES["bert"]
+    model = family.make()
+    with pytest.raises(ValueError, match=r"\[1, 4\) \(or 4 with a successor of another kind\)"):
+        hf.plan(model, num_layers=4)
+    plan = hf.plan(model, num_layers=4, successor=quantized_copy(2, 8))
+    assert [spec.path for spec in plan] == [f"bert.encoder.layer[{i}:{i + 1}]" for i in range(4)]
+    compact = th.replace_(model, plan, example_kwargs=family.inputs).finalize()
+    assert compact.config.num_hidden_layers == 4
+    assert all(isinstance(layer.intermediate.dense, QuantLinear) for layer in compact.bert.encoder.layer)
