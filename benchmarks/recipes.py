@@ -8,7 +8,8 @@ sweep resumes the runs it left unfinished and keeps the finished ones). ``--jobs
 once with ``--threads`` threads each (on 2 cores: ``--jobs 2 --threads 1`` avoids oversubscription).
 Writes ``<out>/recipe-<name>.json`` (every seed's report) and ``.md``: per model, the median test
 metric over seeds with its range, the median retention of the predecessor's metric, parameters,
-the median wall-clock of its phase, and the median measured speedup of the exported successor.
+the size of its export on disk, the median wall-clock of its phases (with a recipe's ``refine`` phase,
+both of a model's), and the median measured speedup of the exported successor.
 When the reports carry per-example test predictions (`Task.scores_examples`), Theseus is compared
 with every other model: the per-seed paired differences, their mean, and a 95% paired bootstrap
 interval of that mean (test examples resampled, the same resample for every seed and both models).
@@ -105,9 +106,19 @@ def paired_comparison(
     }
 
 
+def phase_seconds(report: dict[str, Any], model: str) -> float | None:
+    """Wall-clock of the phases that made ``model`` in one report: its own (``replacing`` for Theseus) and, in a
+    recipe with a ``refine`` phase, its ``refine:<model>``; ``None`` when the report does not say."""
+    own = "replacing" if model == "theseus" else model
+    seconds = [
+        report["phases"][phase].get("seconds") for phase in (own, f"refine:{model}") if phase in report["phases"]
+    ]
+    return sum(seconds) if seconds and None not in seconds else None
+
+
 def summarize(reports: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    """Medians over seeds per model: test metric (with min and max), retention, parameters, wall-clock; speedup; and
-    Theseus' paired comparisons with every other model."""
+    """Medians over seeds per model: test metric (with min and max), retention, parameters, size on disk,
+    wall-clock; speedup; and Theseus' paired comparisons with every other model."""
     first = next(iter(reports.values()))
     metric = first["metric"]
     models = {}
@@ -122,8 +133,10 @@ def summarize(reports: dict[int, dict[str, Any]]) -> dict[str, Any]:
             "median_retention_percent": statistics.median(retention),
             "parameters": first["models"][name]["parameters"],
         }
-        phase = "replacing" if name == "theseus" else name
-        seconds = [report["phases"].get(phase, {}).get("seconds") for report in reports.values()]
+        sizes = [report["models"][name].get("size_on_disk_bytes") for report in reports.values()]
+        if all(value is not None for value in sizes):
+            models[name]["median_size_on_disk_bytes"] = statistics.median(sizes)
+        seconds = [phase_seconds(report, name) for report in reports.values()]
         if all(value is not None for value in seconds):
             models[name]["median_seconds"] = statistics.median(seconds)
     speedups = [report["speedup"] for report in reports.values()]
@@ -189,6 +202,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{entry['min']:.4f}–{entry['max']:.4f}",
             f"{entry['median_retention_percent']:.1f}%",
             f"{entry['parameters']:,}",
+            f"{entry['median_size_on_disk_bytes'] / 1e6:.2f}" if "median_size_on_disk_bytes" in entry else "—",
             f"{entry['median_seconds'] / 60:.1f}" if "median_seconds" in entry else "—",
         ]
         for name, entry in summary["models"].items()
@@ -219,7 +233,8 @@ def main(argv: list[str] | None = None) -> None:
                     "range over seeds",
                     "retention (median)",
                     "parameters",
-                    "minutes (median, its phase)",
+                    "size on disk (MB)",
+                    "minutes (median, its phases)",
                 ],
                 rows,
             ),

@@ -57,3 +57,16 @@ def test_no_comparison_without_per_example_predictions():
     reports = {0: report(0, 180, 170)}
     del reports[0]["test_labels"]
     assert recipes.summarize(reports)["comparisons"] == {}
+
+
+def test_sizes_on_disk_and_the_refine_phase_count_for_each_model():
+    reports = {seed: report(seed, 180, 170) for seed in (0, 1)}
+    for seed, entry in reports.items():
+        entry["phases"].update({"refine:theseus": {"seconds": 10.0}, "refine:baseline:truncated": {"seconds": 5.0}})
+        for name, model in entry["models"].items():
+            model["size_on_disk_bytes"] = {"predecessor": 9_000_000}.get(name, 1_000_000 + seed)
+    summary = recipes.summarize(reports)
+    assert summary["models"]["theseus"]["median_seconds"] == 70.5  # replacing (60, 61) + refine (10)
+    assert summary["models"]["baseline:truncated"]["median_seconds"] == 35.0
+    assert summary["models"]["predecessor"]["median_size_on_disk_bytes"] == 9_000_000
+    assert summary["models"]["theseus"]["median_size_on_disk_bytes"] == 1_000_000.5

@@ -19,14 +19,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-BASELINES = ("truncated", "pretrained", "scratch", "kd")
+BASELINES = ("truncated", "pretrained", "scratch", "kd", "direct")
 """Baselines the trainer knows: ``truncated`` fine-tunes the successor-sized model initialised like the
 successors (the fine-tuned predecessor's layers the plan's ``init`` names: the bottom ones for the paper's
 ``"first"``, each group's last for ``"group_last"``); ``pretrained`` does the same from the model before the
 predecessor phase (the pretrained checkpoint with a fresh head: the paper's "fine-tuned bottom 6L" row, BERT-PKD's
 BERT6-FT; only for recipes with a predecessor phase); ``scratch`` trains the small architecture from a random
 initialisation; ``kd`` is vanilla knowledge distillation into the ``truncated`` initialisation
-(Hinton et al.: task loss plus soft cross-entropy to the frozen predecessor's logits)."""
+(Hinton et al.: task loss plus soft cross-entropy to the frozen predecessor's logits); ``direct`` distils like
+``kd`` into the *refined* form built directly from the predecessor (`Task.direct`), skipping the form every other
+model passes through before its ``refine`` phase (BinaryBERT's weak baseline: weights binarized from full precision,
+no ternary stage); it needs a recipe with a ``refine`` phase, and is the one baseline a recipe does not get by
+default."""
+
+DEFAULT_BASELINES = tuple(name for name in BASELINES if name != "direct")
+"""What a recipe trains when it names no baselines."""
 
 
 LR_SCHEDULES = ("linear", "constant")
@@ -126,6 +133,11 @@ class Recipe:
         kd_alpha: Weight of the task loss in the ``kd`` baseline; the soft loss gets ``1 - kd_alpha``.
         kd_temperature: Softmax temperature of the ``kd`` baseline (the soft loss is scaled by its square).
         seed: Seeds data order, routes and initialisation.
+        refine: A second phase for every compressed model (the Theseus successor and each baseline), after the
+            family's `Task.refine_` turned it into its final form (`Task.refinement` says what that does, e.g. a
+            ternary model split into a binary one), trained on the soft loss of the frozen predecessor's logits
+            alone (prediction-layer distillation at ``kd_temperature``), the best dev state kept. ``None``: no
+            such phase, the models are final after their first. (default: ``None``)
 
     Extensions of the replacing phase, each a departure from the paper and off by default:
 
@@ -148,7 +160,7 @@ class Recipe:
     predecessor: Phase | None = None
     schedule_base: float = 0.3
     patience: int | None = None
-    baselines: tuple[str, ...] = BASELINES
+    baselines: tuple[str, ...] = DEFAULT_BASELINES
     kd_alpha: float = 0.5
     kd_temperature: float = 2.0
     seed: int = 0
@@ -157,6 +169,7 @@ class Recipe:
     unfreeze_at_one: str | None = None
     consistency_weight: float = 0.0
     kd_weight: float = 0.0
+    refine: Phase | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.options, Mapping):
@@ -198,6 +211,13 @@ class Recipe:
         unknown = [name for name in self.baselines if name not in BASELINES]
         if unknown:
             raise ValueError(f"unknown baselines {unknown}; available: {', '.join(BASELINES)}")
+        if self.refine is not None and not isinstance(self.refine, Phase):
+            raise ValueError(f"refine must be null or an object of Phase fields, got {self.refine!r}")
+        if "direct" in self.baselines and self.refine is None:
+            raise ValueError(
+                "the direct baseline is the refined form built directly from the predecessor, and this recipe has no "
+                "refine phase: add one, or drop direct"
+            )
         if "pretrained" in self.baselines and self.predecessor is None:
             raise ValueError(
                 "the pretrained baseline cuts the model from before the predecessor phase, and this recipe has none "
@@ -217,7 +237,9 @@ class Recipe:
                 if not isinstance(value, Mapping):
                     raise ValueError(f"options must be an object of the family's options, got {value!r}")
                 changes[key] = {**current, **value}
-            elif isinstance(current, Phase) or (key == "predecessor" and isinstance(value, Mapping)):
+            elif key in ("predecessor", "refine") and value is None:  # the optional phases: null drops them
+                changes[key] = None
+            elif isinstance(current, Phase) or (key in ("predecessor", "refine") and isinstance(value, Mapping)):
                 if not isinstance(value, Mapping):
                     raise ValueError(f"{key} must be an object of Phase fields, got {value!r}")
                 known = [f.name for f in dataclasses.fields(Phase)]

@@ -98,3 +98,45 @@ def _glue_recipe(task: str, train_size: int) -> Recipe:
 
 
 GLUE_RECIPES = {task: register_recipe(_glue_recipe(task, size)) for task, size in GLUE_TRAIN_SIZES.items()}
+
+
+# BinaryBERT (issue 14; Bai et al., ACL 2021) on the offline BERT: every method from one fine-tuned full-precision
+# predecessor, each with the same budget (200 steps of 32, then 60 in the refine phase) and the same refine phase.
+# Theseus: ternary successors (2-bit weights, 8-bit activations, attention and word embeddings quantized, same depth)
+# replace the layers against frozen full-precision neighbours with the curriculum (p = 1 at step 100), with the
+# predecessor's logits as a soft target beside the task loss (kd_weight 1: the proportions of kd's loss, so the
+# curriculum is the difference), then ternary weight splitting and binary fine-tuning on the predecessor's logits.
+# kd: the same ternary copy, every layer at once, plain distillation, then the same split and fine-tuning. direct:
+# the predecessor's weights binarized at once (BWN), distilled like kd in both phases (the paper's weak baseline).
+# Binary labels, the 70/10/20 split of the minilm-rt-* recipes.
+#
+# Budget, from CPU seconds measured on this machine (one thread, a few steps of each phase on the real model; README,
+# BinaryBERT section): a step takes 1.9 s fine-tuning the predecessor, 4.4 s replacing, 4.2 s ternary kd, 3.3 s
+# direct, 7.1 s refining a split model (Theseus, kd) and 3.2 s refining direct; a dev evaluation 11 s (full
+# precision) to 39 s (split); a split 7 s; the report (test on 2,113 snippets, exports) 200 s. A seed's compression
+# is then about 68 CPU minutes and the predecessor 10; with --shared-predecessor --jobs 2 --threads 1 (seed 0 alone
+# on both threads, then seeds 1 and 2 side by side) the three seeds take about 2.3 hours.
+BINARYBERT_ROTTEN_TOMATOES = register_recipe(
+    Recipe(
+        name="minilm-rt-binarybert",
+        family="bert",
+        description="all-MiniLM-L6-v2 on Rotten Tomatoes (binary labels, 70/10/20) to binary weights and 8-bit "
+        "activations (BinaryBERT): Theseus with ternary successors, then ternary weight splitting, against ternary KD "
+        "then splitting and direct binarization, 200 + 60 steps each; about 2.3 hours on 2 cores for 3 seeds",
+        options={
+            "model": "all-minilm-l6-v2",
+            **ROTTEN_TOMATOES_SPLIT,
+            "labels": "binary",
+            "num_layers": 6,
+            "quantize": "ternary",
+            "activation_bits": 8,
+        },
+        predecessor=Phase(steps=300, lr=5e-5, batch_size=32, eval_every=100, warmup_steps=30),
+        replacing=Phase(steps=200, lr=1e-4, batch_size=32, eval_every=100),
+        steps_to_one=100,
+        kd_weight=1.0,
+        kd_temperature=1.0,
+        refine=Phase(steps=60, lr=5e-5, batch_size=32, eval_every=30),
+        baselines=("kd", "direct"),
+    )
+)

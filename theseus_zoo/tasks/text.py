@@ -20,6 +20,16 @@ Family ``"bert"``. Its options (all optional):
   narrower FFN at the same hidden size, pruned from the layer each starts from by weight magnitude; the
   ``truncated`` and ``kd`` baselines are pruned the same way and ``scratch`` has the same shape. (default: the
   predecessor's)
+- ``quantize``: quantized successors (BinaryBERT, `theseus_quant`): ``"ternary"`` (2-bit TWN weights) or
+  ``"binary"`` (1-bit BWN weights) copies of the layers, inputs of every Linear and the attention's Q, K, V and
+  probabilities at ``activation_bits``, and the word embeddings (per row) as one more group; position and
+  token-type embeddings, LayerNorm, biases, pooler and classifier stay in full precision. ``num_layers`` may then
+  equal the predecessor's depth (quantize only). The ``truncated`` and ``kd`` baselines start from the same
+  quantized copy of the predecessor, ``scratch`` from a quantized random one. With ``"ternary"``, a recipe's
+  ``refine`` phase splits each ternary layer into two binary halves (ternary weight splitting) and the ``direct``
+  baseline binarizes the predecessor's weights directly. The export is packed (`theseus_quant.save_packed`,
+  `load_exported` rebuilds it). (default: ``None``, full precision)
+- ``activation_bits``: with ``quantize``, 8 (uniform, learnable clip) or 4 (LSQ). (default: 8)
 - ``max_length``: tokens per example (default: the GLUE task's, 128 or 256; 128 for Rotten Tomatoes);
   batches are padded to their longest example only (dynamic padding).
 - ``eval_batch_size``: examples per evaluation forward (default: 128).
@@ -33,6 +43,7 @@ mean of matched and mismatched).
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -46,6 +57,10 @@ import theseus_core as th
 from .options import parse_options
 
 DEFAULT_MODEL = "all-minilm-l6-v2"
+WEIGHT_BITS = {"ternary": 2, "binary": 1}
+"""Weight bits of each ``quantize`` option."""
+PACKED, QUANTIZATION = "model.packed.safetensors", "quantization.json"
+"""The files of a quantized export besides the config and tokenizer: packed weights, and which layer is what."""
 DATASETS = ("rotten-tomatoes", "bbc-news", "glue/<task>", "a .csv/.tsv/.jsonl file or a save_to_disk folder")
 
 
@@ -68,6 +83,8 @@ class TextOptions:
     group_sizes: tuple[int, ...] | None = None
     heads: int | None = field(default=None, metadata={"min": 1})
     intermediate_size: int | None = field(default=None, metadata={"min": 1})
+    quantize: Literal["ternary", "binary"] | None = None
+    activation_bits: Literal[8, 4] = 8
     max_length: int | None = field(default=None, metadata={"min": 1})
     eval_batch_size: int = field(default=128, metadata={"min": 1})
 
@@ -76,7 +93,15 @@ class TextClassificationTask:
     """`Task` for transformers sequence classifiers (BERT, RoBERTa, MiniLM, MPNet); options in `TextOptions` and
     the module doc."""
 
-    compression_options = ("num_layers", "init", "group_sizes", "heads", "intermediate_size")
+    compression_options = (
+        "num_layers",
+        "init",
+        "group_sizes",
+        "heads",
+        "intermediate_size",
+        "quantize",
+        "activation_bits",
+    )
     """Options that shape the successor only: runs that differ in them can share a fine-tuned predecessor."""
 
     def __init__(self, options: dict[str, Any], seed: int) -> None:
@@ -92,6 +117,9 @@ class TextClassificationTask:
         }
         self.num_layers, self.init, self.group_sizes = parsed.num_layers, parsed.init, parsed.group_sizes
         self.heads, self.intermediate_size = parsed.heads, parsed.intermediate_size
+        self.quantize, self.activation_bits = parsed.quantize, parsed.activation_bits
+        if self.quantize is None and "activation_bits" in options:
+            raise ValueError("activation_bits goes with quantize (ternary or binary successors); set both, or neither")
         self.max_length, self.eval_batch_size = parsed.max_length, parsed.eval_batch_size
         self.glue = None
         if self.dataset_name.startswith("glue/"):
@@ -120,9 +148,11 @@ class TextClassificationTask:
     def check(self) -> None:
         config = self.config()
         layers = config.num_hidden_layers
-        if not isinstance(self.num_layers, int) or not 1 <= self.num_layers < layers:
+        deepest = layers if self.quantize else layers - 1  # quantized successors may keep every layer
+        if not isinstance(self.num_layers, int) or not 1 <= self.num_layers <= deepest:
+            interval = f"[1, {layers}]" if self.quantize else f"[1, {layers}) (or {layers} with quantize)"
             raise ValueError(
-                f"num_layers must be an integer in [1, {layers}) for {self.model_name}, got {self.num_layers}"
+                f"num_layers must be an integer in {interval} for {self.model_name}, got {self.num_layers}"
             )
         from transformers import AutoModelForSequenceClassification
 
@@ -334,20 +364,46 @@ class TextClassificationTask:
         return {**metrics, "score": task_score(self.glue, results) if split != "dev" else results[names[0]]["score"]}
 
     def plan(self, model: nn.Module) -> th.Plan:
+        """`theseus_adapters.hf.plan`; with ``quantize``, quantized copies of its successors and one more group, the
+        word embeddings, whose successor is their quantized copy (BinaryBERT quantizes them too)."""
         from theseus_adapters import hf
 
-        return hf.plan(
+        plan = hf.plan(
             model,
             self.num_layers,
             init=self.init,
             group_sizes=self.group_sizes,
             heads=self.heads,
             intermediate_size=self.intermediate_size,
+            successor=self._quantized_successor(),
         )
+        if self.quantize is None:
+            return plan
+        from theseus_quant import quantized_copy
+
+        embeddings = model.get_input_embeddings()
+        path = next(name for name, module in model.named_modules() if module is embeddings)
+        words = th.ModuleSpec(path, quantized_copy(WEIGHT_BITS[self.quantize], None))
+        return th.Plan((*plan.specs, words), on_finalize=plan.on_finalize)
+
+    def _quantized_successor(self) -> th.spec.SuccessorFactory | None:
+        """With ``quantize``: `theseus_adapters.hf.layer_successor` (the layer a group starts from, slim if asked)
+        as a `theseus_quant.quantized_copy`, attention included; else ``None`` (the registry's default)."""
+        if self.quantize is None:
+            return None
+        from theseus_adapters.hf import layer_successor
+        from theseus_quant import quantized_copy
+
+        quantized = quantized_copy(WEIGHT_BITS[self.quantize], self.activation_bits)
+
+        def successor(group: list[nn.Module], model: nn.Module, **options: Any) -> nn.Module:
+            return quantized([layer_successor(group, model, **options)])
+
+        return successor
 
     def truncated(self, predecessor: nn.Module) -> nn.Module:
         """The predecessor with only the layers the successors start from (the bottom ones for ``init="first"``),
-        pruned as the successors are when they are slim."""
+        pruned as the successors are when they are slim, quantized as they are with ``quantize``."""
         model = copy.deepcopy(predecessor)
         return th.replace_(model, self.plan(model)).finalize()
 
@@ -360,7 +416,38 @@ class TextClassificationTask:
             config.num_attention_heads = self.heads
         if self.intermediate_size is not None:
             config.intermediate_size = self.intermediate_size
-        return AutoModelForSequenceClassification.from_config(config)
+        model = AutoModelForSequenceClassification.from_config(config)
+        if self.quantize is None:
+            return model
+        return th.replace_(model, self.plan(model)).finalize()  # a quantized copy of every layer (same depth)
+
+    @property
+    def refinement(self) -> str | None:
+        """What `refine_` does before a recipe's ``refine`` phase: ternary weight splitting with
+        ``quantize="ternary"``; else ``None`` (nothing to refine)."""
+        if self.quantize != "ternary":
+            return None
+        return "ternary weight splitting: each ternary layer becomes two binary halves with the same output"
+
+    def refine_(self, model: nn.Module) -> None:
+        """Ternary weight splitting (`theseus_quant.split_ternary_`) of every ternary layer of ``model``, in place;
+        nothing for a model that has none (the ``direct`` baseline is binary already)."""
+        from theseus_quant import split_ternary_
+
+        if _quantized_layers(model, ternary_only=True):
+            split_ternary_(model)
+
+    def direct(self, predecessor: nn.Module) -> nn.Module:
+        """The ``direct`` baseline: `truncated` with every ternary layer binarized from its full-precision weights
+        (BWN, `theseus_quant.binarize_`), BinaryBERT's weak baseline."""
+        from theseus_quant import binarize_
+
+        if self.quantize is None:
+            raise ValueError("the direct baseline binarizes quantized successors: set options.quantize")
+        model = self.truncated(predecessor)
+        if _quantized_layers(model, ternary_only=True):
+            binarize_(model)
+        return model
 
     def latency_batch(self) -> dict[str, torch.Tensor]:
         batch = self.collate(self.dataset("test")[:32])
@@ -377,8 +464,76 @@ class TextClassificationTask:
         return (), batch
 
     def export(self, model: nn.Module, directory: Path) -> list[Path]:
-        """``save_pretrained`` of the model and the tokenizer: ``AutoModelForSequenceClassification`` loads it."""
+        """``save_pretrained`` of the model and the tokenizer: ``AutoModelForSequenceClassification`` loads it. A
+        quantized model is written packed instead (`theseus_quant.save_packed`: 2 or 1 bits a weight plus scales)
+        with its config, the tokenizer and ``quantization.json``; `load_exported` rebuilds it."""
         directory.mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(directory)
+        layers = _quantized_layers(model)
+        if layers:
+            from theseus_quant import save_packed
+
+            model.config.save_pretrained(directory)
+            structure = {"layers": layers, "activation_bits": self.activation_bits, "attention": _attention(model)}
+            (directory / QUANTIZATION).write_text(json.dumps(structure, indent=2) + "\n")
+            save_packed(model, directory / PACKED)
+        else:
+            model.save_pretrained(directory)
         self.tokenizer().save_pretrained(directory)
         return sorted(path for path in directory.iterdir() if path.is_file())
+
+
+def _quantized_layers(model: nn.Module, ternary_only: bool = False) -> dict[str, str]:
+    """``{qualified name: "ternary" | "binary" | "split"}`` of the quantized layers of ``model`` (split: the binary
+    pair of ternary weight splitting)."""
+    from theseus_quant import BinarySplitEmbedding, BinarySplitLinear, QuantEmbedding, QuantLinear
+
+    layers = {}
+    for name, module in model.named_modules():
+        if isinstance(module, (QuantLinear, QuantEmbedding)) and not any(name.startswith(f"{s}.") for s in layers):
+            layers[name] = "ternary" if module.weight_bits == 2 else "binary"
+        elif isinstance(module, (BinarySplitLinear, BinarySplitEmbedding)):
+            layers[name] = "split"
+    return {name: kind for name, kind in layers.items() if kind == "ternary" or not ternary_only}
+
+
+def _attention(model: nn.Module) -> list[str]:
+    """Qualified names of the attention modules whose matmul inputs are quantized (`theseus_quant.bert`)."""
+    from theseus_quant import QuantizedInPlace
+
+    return [name for name, module in model.named_modules() if isinstance(module, QuantizedInPlace)]
+
+
+def load_exported(directory: str | Path) -> nn.Module:
+    """The model `TextClassificationTask.export` wrote to ``directory``: a quantized export rebuilt as it was
+    trained (the same quantized, split and binarized layers, `theseus_quant.load_packed`: the same outputs bit for
+    bit), else ``AutoModelForSequenceClassification.from_pretrained``. Its inputs are the tokenizer's, saved
+    beside it."""
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    directory = Path(directory)
+    if not (directory / QUANTIZATION).exists():
+        return AutoModelForSequenceClassification.from_pretrained(directory)
+    from theseus_quant import binarize_, load_packed, quantize_, quantize_known_attention_, split_ternary_
+
+    structure = json.loads((directory / QUANTIZATION).read_text())
+    layers: dict[str, str] = structure["layers"]
+
+    def rebuild() -> nn.Module:
+        model = AutoModelForSequenceClassification.from_config(AutoConfig.from_pretrained(directory))
+        kept = [
+            name
+            for name, module in model.named_modules()
+            if type(module) in (nn.Linear, nn.Embedding) and name not in layers
+        ]
+        quantize_(model, 2, structure["activation_bits"], skip=kept)
+        if structure["attention"]:
+            quantize_known_attention_(model, structure["activation_bits"])
+        split = [name for name, kind in layers.items() if kind == "split"]
+        if split:
+            split_ternary_(model, split)
+        binary = [name for name, kind in layers.items() if kind == "binary"]
+        if binary:
+            binarize_(model, binary)
+        return model.eval()
+
+    return load_packed(rebuild, directory / PACKED)

@@ -35,7 +35,7 @@ def write_checkpoint(state: Any, path: Path) -> None:
     """Writes ``state`` to ``path`` atomically, keeping the checkpoint it replaces as ``<path>.previous``."""
     buffer = io.BytesIO()
     torch.save(state, buffer)
-    payload = buffer.getvalue()
+    payload = buffer.getbuffer()  # a view, not a copy: a checkpoint of every phase's weights runs to gigabytes
     temporary = path.with_name(path.name + ".tmp")
     with open(temporary, "wb") as stream:
         stream.write(hashlib.sha256(payload).hexdigest().encode() + b"\n")

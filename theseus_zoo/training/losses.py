@@ -1,6 +1,8 @@
-"""Losses of the harness beyond the task's own: logit distillation and blockwise consistency.
+"""Losses of the harness beyond the task's own: the frozen teacher of logit distillation, and blockwise consistency.
 
-Both serve baselines or extensions that depart from BERT-of-Theseus, which trains with the task loss alone.
+Both serve baselines or extensions that depart from BERT-of-Theseus, which trains with the task loss alone. The
+soft loss itself is `theseus_quant.prediction_loss` (Hinton et al.'s T² · KL, the mean squared error for a regression
+head): one definition for the harness and BinaryBERT's prediction-layer distillation.
 """
 
 from __future__ import annotations
@@ -13,22 +15,6 @@ from torch import nn
 
 import theseus_core as th
 from theseus_core.site import primary_output, split_primary
-
-
-def soft_loss(logits: torch.Tensor, target: torch.Tensor, temperature: float) -> torch.Tensor:
-    """Hinton et al.'s soft loss: T² · KL(softmax(target / T) ‖ softmax(logits / T)), averaged over examples;
-    the mean squared error when the outputs are single regression values (``(n, 1)``)."""
-    if logits.shape[-1] == 1:
-        return F.mse_loss(logits, target)
-    return (
-        F.kl_div(
-            F.log_softmax(logits / temperature, dim=-1),
-            F.log_softmax(target / temperature, dim=-1),
-            log_target=True,
-            reduction="batchmean",
-        )
-        * temperature**2
-    )
 
 
 def frozen_teacher(model: nn.Module, device: torch.device) -> nn.Module:

@@ -8,10 +8,13 @@ same data order, routes and schedule step:
    fine-tuned one);
 2. ``replacing``: `theseus_core.replace_`, the linear curriculum until p = 1, then
    successor fine-tuning; early stopping on the dev metric keeps the best state;
-3. ``baseline:<name>``: each baseline (``truncated``, ``pretrained``, ``scratch``, ``kd``; see
+3. ``baseline:<name>``: each baseline (``truncated``, ``pretrained``, ``scratch``, ``kd``, ``direct``; see
    `theseus_zoo.recipes.BASELINES`), same harness, data order and step budget;
-4. ``report``: test metrics, parameters, size on disk, measured speedup, export,
-   ``report.json`` / ``report.md`` and ``curves.png``.
+   with a ``refine`` phase in the recipe, each compressed model (Theseus' after
+   ``replacing``, each baseline after its own phase) goes through `Task.refine_`
+   and ``refine:<model>``: prediction-layer distillation from the predecessor;
+4. ``report``: test metrics, parameters, size on disk of every model, measured
+   speedup, export, ``report.json`` / ``report.md`` and ``curves.png``.
 
 The loop runs on Hugging Face ``accelerate``. Under ``torchrun --nproc_per_node N``
 (gloo on CPUs, nccl on GPUs) every process takes its part of each batch and
@@ -28,11 +31,13 @@ TensorBoard (``<out>/tensorboard``) when the ``tensorboard`` package is installe
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 import os
 import random
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -46,12 +51,13 @@ from torch import nn
 from tqdm.auto import tqdm
 
 import theseus_core as th
+from theseus_quant.distill import prediction_loss
 
 from ..recipes import Phase, Recipe
 from ..tasks import Task, build_task
 from . import ranks
 from .checkpoints import previous_of, read_checkpoint, write_checkpoint
-from .losses import ConsistencyLoss, frozen_teacher, soft_loss
+from .losses import ConsistencyLoss, frozen_teacher
 from .optimization import (
     ParameterGroup,
     data_order_generator,
@@ -158,7 +164,11 @@ class Run:
             _check_writable(self.out)
             uneven = [
                 name
-                for name, phase in (("predecessor", recipe.predecessor), ("replacing", recipe.replacing))
+                for name, phase in (
+                    ("predecessor", recipe.predecessor),
+                    ("replacing", recipe.replacing),
+                    ("refine", recipe.refine),
+                )
                 if phase is not None and phase.batch_size % self.processes
             ]
             if uneven:
@@ -168,13 +178,20 @@ class Run:
                 )
             self.task: Task = build_task(recipe.family, recipe.options, recipe.seed)
             self.task.check()
+            if recipe.refine is not None and getattr(self.task, "refinement", None) is None:
+                raise RunError(
+                    f"the recipe has a refine phase, but the {recipe.family} family has nothing to refine with these "
+                    f"options (its refinement is None): drop refine, or set the options that give one"
+                )
+            if "direct" in recipe.baselines and not hasattr(self.task, "direct"):
+                raise RunError(f"the {recipe.family} family builds no direct baseline (it has no Task.direct)")
             borrowed = None
             if predecessor_from and not resume:
                 ignored = getattr(self.task, "compression_options", ())
                 borrowed = _finished_predecessor(Path(predecessor_from), recipe, ignored)
                 borrowed.pop("rng", None)  # this run's seed, not the other run's, drives what comes after
             state: dict[str, Any] = read_checkpoint(checkpoint) if resume else {"done": {}}
-            if resume and state.get("recipe") != recipe.to_dict():
+            if resume and _with_defaults(state.get("recipe")) != recipe.to_dict():
                 raise RunError(
                     f"--resume: the run in {self.out} used another recipe (see its recipe.json); "
                     f"resume with the same --recipe, --config and flags"
@@ -301,17 +318,18 @@ class Run:
                     loss=self._replacing_loss(predecessor, theseus),
                 )
             model.load_state_dict(self.state["done"]["replacing"]["weights"])
-            compact = theseus.finalize()
+            compact = self._refined("theseus", theseus.finalize(), predecessor)
 
         baselines = {}
         for name in self.recipe.baselines:
             baseline = self._baseline_model(name, predecessor)
             key = f"baseline:{name}"
             if not self._finished(key):
-                loss = self._distillation_loss(predecessor, self.recipe.kd_alpha) if name == "kd" else None
+                distils = name in ("kd", "direct")
+                loss = self._distillation_loss(predecessor, self.recipe.kd_alpha) if distils else None
                 self._train(key, baseline, predecessor_parameters(baseline), self.recipe.replacing, loss=loss)
             baseline.load_state_dict(self.state["done"][key]["weights"])
-            baselines[name] = baseline
+            baselines[name] = self._refined(key, baseline, predecessor)
         if self.tensorboard is not None:
             self.tensorboard.close()
         # rank 0 tests, times, exports and writes; the others wait for its report (and so for its files)
@@ -322,7 +340,23 @@ class Run:
         fresh `Task.build_predecessor`, the model as it was before the predecessor phase."""
         if name == "scratch":
             return self.task.scratch()
+        if name == "direct":
+            return self.task.direct(predecessor)
         return self.task.truncated(self.task.build_predecessor() if name == "pretrained" else predecessor)
+
+    def _refined(self, name: str, model: nn.Module, predecessor: nn.Module) -> nn.Module:
+        """``model`` (Theseus' successor or a baseline, after its phase) in its final form: with a ``refine`` phase in
+        the recipe, `Task.refine_` (deterministic, so a resumed run rebuilds the same structure before loading the
+        phase's weights) then ``refine:<name>``, prediction-layer distillation from the predecessor; else as it is."""
+        if self.recipe.refine is None:
+            return model
+        self.task.refine_(model)
+        key = f"refine:{name}"
+        if not self._finished(key):
+            loss = self._distillation_loss(predecessor, alpha=0.0)
+            self._train(key, model, predecessor_parameters(model), self.recipe.refine, loss=loss)
+        model.load_state_dict(self.state["done"][key]["weights"])
+        return model
 
     def _replacing_parameters(self, model: nn.Module, theseus: th.Theseus) -> list[ParameterGroup]:
         """The successors' parameters, and with ``unfreeze_at_one`` those it unfreezes at p = 1 (frozen until then:
@@ -350,7 +384,7 @@ class Run:
             if teacher is not None:
                 with torch.no_grad():
                     target = self.task.logits(teacher, batch)
-                value = value + kd_weight * soft_loss(logits, target, self.recipe.kd_temperature)
+                value = value + kd_weight * prediction_loss(logits, target, self.recipe.kd_temperature)
             if consistency is not None and consistency.terms:
                 value = value + consistency_weight * consistency.value()
             return value, logits
@@ -368,7 +402,9 @@ class Run:
             with torch.no_grad():
                 target = self.task.logits(teacher, batch)
             logits = self.task.logits(student, batch)
-            value = alpha * self.task.criterion(logits, batch) + (1 - alpha) * soft_loss(logits, target, temperature)
+            value = alpha * self.task.criterion(logits, batch) + (1 - alpha) * prediction_loss(
+                logits, target, temperature
+            )
             return value, logits
 
         return loss
@@ -429,7 +465,9 @@ class Run:
         train = self.task.dataset("train")
         per_process = max(1, phase.batch_size // self.accelerator.num_processes)
         steps_per_epoch = max(1, len(train) // phase.batch_size)
-        stream = "predecessor" if phase_name == "predecessor" else "compression"
+        # The predecessor, the compression phases (Theseus and the baselines alike: a paired comparison) and the refine
+        # phases each draw data orders of their own.
+        stream = {"predecessor": "predecessor", "refine": "refine"}.get(phase_name.split(":")[0], "compression")
         bar = tqdm(
             total=phase.steps, initial=step, desc=phase_name, disable=not (self.progress and self.main), leave=False
         )
@@ -545,8 +583,9 @@ class Run:
         self, predecessor: nn.Module, compact: nn.Module | None, baselines: dict[str, nn.Module]
     ) -> dict[str, Any]:
         """Test metrics of every model (with a bootstrap standard error and the per-example predictions when the
-        task gives them: what paired comparisons across models and seeds need), parameters, the export of the
-        Theseus successor and its measured speedup (the first baseline's when Theseus was not trained). Rank 0's
+        task gives them: what paired comparisons across models and seeds need), parameters and size on disk (each
+        model exported as `Task.export` writes it; the others' exports are deleted once measured), the export of
+        the Theseus successor and its measured speedup (the first baseline's when Theseus was not trained). Rank 0's
         work."""
         models = {"predecessor": predecessor, **({"theseus": compact} if compact is not None else {})}
         models.update({f"baseline:{k}": v for k, v in baselines.items()})
@@ -554,9 +593,10 @@ class Run:
         for name, model in models.items():
             model.eval()
             report["models"][name] = {**self._test(model), "parameters": sum(p.numel() for p in model.parameters())}
-        if compact is not None:
-            files = self.task.export(compact, self.out / "model")
-            report["models"]["theseus"]["size_on_disk_bytes"] = sum(f.stat().st_size for f in files)
+        for name, model in models.items():
+            report["models"][name]["size_on_disk_bytes"] = self._size_on_disk(name, model)
+        if self.recipe.refine is not None:
+            report["refinement"] = self.task.refinement
         reference = report["models"]["predecessor"]["test"][self.task.metric]
         for entry in report["models"].values():
             entry["retention_percent"] = 100.0 * entry["test"][self.task.metric] / reference if reference else None
@@ -573,6 +613,13 @@ class Run:
         (self.out / "report.md").write_text(markdown_report(report))
         plot_curves(self.out / "metrics.jsonl", self.out / "curves.png", self.task.metric)
         return report
+
+    def _size_on_disk(self, name: str, model: nn.Module) -> int:
+        """Bytes of ``model``'s export: Theseus' stays in ``<out>/model``, the others' go once measured."""
+        if name == "theseus":
+            return sum(f.stat().st_size for f in self.task.export(model, self.out / "model"))
+        with tempfile.TemporaryDirectory(dir=self.out, prefix=".export-") as scratch:
+            return sum(f.stat().st_size for f in self.task.export(model, Path(scratch) / "model"))
 
     def _comparisons(self, report: dict[str, Any]) -> dict[str, dict[str, float]]:
         """Theseus minus each other model on the test metric, with a 95% paired bootstrap interval (the same
@@ -729,6 +776,15 @@ def _finished_predecessor(run: Path, recipe: Recipe, compression_options: tuple[
     return state["done"]["predecessor"]
 
 
+def _with_defaults(recipe: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A checkpoint's recipe with the `Recipe` fields it predates (``refine``, say) at their defaults, as
+    ``Recipe.to_dict`` gives them: a run started before a field existed resumes."""
+    if recipe is None:
+        return None
+    defaults = Recipe.__dataclass_fields__.values()
+    return {**{f.name: f.default for f in defaults if f.default is not dataclasses.MISSING}, **recipe}
+
+
 def _tensorboard_writer(directory: Path) -> Any:
     """A TensorBoard ``SummaryWriter`` when the ``tensorboard`` package is installed, else ``None``."""
     try:
@@ -757,12 +813,18 @@ def markdown_report(report: dict[str, Any]) -> str:
     lines = [
         f"# Compression report: {report['recipe']['name']}\n",
         f"{report['recipe']['description']}\n",
-        f"| model | test {metric} | retention | parameters |",
-        "|---|---|---|---|",
+        f"| model | test {metric} | retention | parameters | size on disk (MB) |",
+        "|---|---|---|---|---|",
     ]
     for name, entry in report["models"].items():
         retention = f"{entry['retention_percent']:.1f}%" if entry["retention_percent"] is not None else "n/a"
-        lines.append(f"| {name} | {entry['test'][metric]:.4f} | {retention} | {entry['parameters']:,} |")
+        size = f"{entry['size_on_disk_bytes'] / 1e6:.2f}" if "size_on_disk_bytes" in entry else "n/a"
+        lines.append(f"| {name} | {entry['test'][metric]:.4f} | {retention} | {entry['parameters']:,} | {size} |")
+    if report.get("refinement"):
+        lines.append(
+            f"\nEvery compressed model was refined after its phase ({report['refinement']}), then trained on the "
+            f"predecessor's logits in a refine phase of its own."
+        )
     if any("test_standard_error" in entry for entry in report["models"].values()):
         errors = ", ".join(f"{name} ±{entry['test_standard_error']:.4f}" for name, entry in report["models"].items())
         lines.append(f"\nStandard errors of the test {metric} (bootstrap over test examples): {errors}.")
@@ -779,10 +841,12 @@ def markdown_report(report: dict[str, Any]) -> str:
             f"{high:+.4f}])."
         )
     if "theseus" in report["models"]:
-        size = report["models"]["theseus"]["size_on_disk_bytes"] / 2**20
+        size = report["models"]["theseus"]["size_on_disk_bytes"]
+        smaller = report["models"]["predecessor"].get("size_on_disk_bytes", size) / size
         lines.append(
-            f"\nThe exported successor takes {size:.2f} MiB on disk and runs {report['speedup']:.2f}× as fast as the "
-            f"predecessor (measured, eager, median of per-turn ratios)."
+            f"\nThe exported successor takes {size / 1e6:.2f} MB on disk ({smaller:.1f}× less than the predecessor's "
+            f"export) and runs {report['speedup']:.2f}× as fast as the predecessor (measured, eager, median of "
+            f"per-turn ratios)."
         )
     else:
         lines.append(
