@@ -56,7 +56,12 @@ class Task(Protocol):
     #   replace_options -> dict of `theseus_core.replace_` keyword arguments for the replacing phase;
     #   example_inputs() -> (args, kwargs) that `replace_` runs the model on to verify the surgery;
     #   compression_options -> names of the options that shape only the successor (`--predecessor-from` ignores
-    #   them).
+    #   them);
+    #   refinement -> what refine_ does, or None when these options leave nothing to refine (a recipe's ``refine``
+    #   phase needs one), refine_(model) -> None, turning a compressed model into its final form in place before
+    #   that phase (deterministic: a resumed run rebuilds the same structure), and direct(predecessor) -> the final
+    #   form built directly from the predecessor (the ``direct`` baseline); the bert family's quantize option gives
+    #   all three (ternary weight splitting; BWN of the predecessor's weights).
 
     def plan(self, model: nn.Module) -> th.Plan: ...
 

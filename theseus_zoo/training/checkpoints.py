@@ -31,15 +31,32 @@ def previous_of(path: Path) -> Path:
     return path.with_name(path.name + ".previous")
 
 
+class _Hashing:
+    """A write-only stream that passes what it is given to ``stream`` and hashes it on the way."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream, self.digest = stream, hashlib.sha256()
+
+    def write(self, data: bytes) -> int:
+        self.digest.update(data)
+        return self.stream.write(data)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
 def write_checkpoint(state: Any, path: Path) -> None:
-    """Writes ``state`` to ``path`` atomically, keeping the checkpoint it replaces as ``<path>.previous``."""
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    payload = buffer.getbuffer()  # a view, not a copy: a checkpoint of every phase's weights runs to gigabytes
+    """Writes ``state`` to ``path`` atomically, keeping the checkpoint it replaces as ``<path>.previous``.
+
+    The payload is streamed to the file and hashed on the way, never held whole in memory (a run that keeps every
+    phase's weights writes gigabytes); the digest takes its place at the head of the file once known."""
     temporary = path.with_name(path.name + ".tmp")
     with open(temporary, "wb") as stream:
-        stream.write(hashlib.sha256(payload).hexdigest().encode() + b"\n")
-        stream.write(payload)
+        stream.write(b"0" * _DIGEST + b"\n")
+        hashing = _Hashing(stream)
+        torch.save(state, hashing)
+        stream.seek(0)
+        stream.write(hashing.digest.hexdigest().encode())
         stream.flush()
         os.fsync(stream.fileno())
     if path.exists():
