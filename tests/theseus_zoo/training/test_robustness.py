@@ -81,6 +81,18 @@ def test_a_kill_right_after_any_save_resumes_to_the_same_bytes(tmp_path, monkeyp
     assert (run / "model" / "model.pt").read_bytes() == (whole["plain"] / "model" / "model.pt").read_bytes()
 
 
+def test_a_checkpoint_written_before_a_recipe_field_existed_resumes(tmp_path, monkeypatch, whole):
+    undo = dies_after_save(monkeypatch, 5)
+    assert compress(tmp_path) == 130
+    undo()
+    path = tmp_path / "run" / trainer.CHECKPOINT
+    state = read_checkpoint(path)
+    del state["recipe"]["refine"]  # as theseus wrote it before recipes had a refine phase
+    write_checkpoint(state, path)
+    assert compress(tmp_path, "run", "--resume") == 0
+    assert comparable(tmp_path / "run") == comparable(whole["plain"])
+
+
 def test_an_early_stop_survives_a_kill_right_after_the_stopping_evaluation(tmp_path, monkeypatch, whole):
     records = [json.loads(line) for line in (whole["stopping"] / "metrics.jsonl").read_text().splitlines()]
     replacing = [r for r in records if r["phase"] == "replacing"]
