@@ -29,11 +29,10 @@ initialisation; ``kd`` is vanilla knowledge distillation into the ``truncated`` 
 (Hinton et al.: task loss plus soft cross-entropy to the frozen predecessor's logits); ``direct`` distils like
 ``kd`` into the *refined* form built directly from the predecessor (`Task.direct`), skipping the form every other
 model passes through before its ``refine`` phase (BinaryBERT's weak baseline: weights binarized from full precision,
-no ternary stage); it needs a recipe with a ``refine`` phase, and is the one baseline a recipe does not get by
-default."""
+no ternary stage); it needs a recipe with a ``refine`` phase."""
 
-DEFAULT_BASELINES = tuple(name for name in BASELINES if name != "direct")
-"""What a recipe trains when it names no baselines."""
+DEFAULT_BASELINES = ("truncated", "scratch", "kd")
+"""What a recipe trains when it names no baselines (``pretrained`` and ``direct`` are asked for by name)."""
 
 
 LR_SCHEDULES = ("linear", "constant")
