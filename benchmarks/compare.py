@@ -3,7 +3,7 @@
     python -m benchmarks.compare --recipe minilm-rt-five-2l [--predecessor-from RUN] \\
         [--methods theseus truncated kd theseus+unfreeze theseus+consistency theseus+kd] \\
         [--lrs 5e-5 1e-4 2e-4] [--seeds 0 1 2 3 4] [--config FILE.json] [--jobs 2] [--threads 1] \
-        [--runs runs/compare] [--out DIR]
+        [--runs runs/compare] [--out benchmarks/results/compare]
 
 Every method trains on the same fine-tuned predecessor (``--predecessor-from``, or the first run's), the same data
 order and the recipe's budget; each is one ``theseus compress`` run in ``<runs>/<recipe>/<method>/lr<lr>/seed<N>``
@@ -12,6 +12,14 @@ of ``--lrs`` and keeps the one with the best dev metric; then it runs the other 
 ``<out>/compare-<recipe>.json`` (every report) and ``.md``: per method its learning rate, test metric per seed, median
 and range, and the wall-clock of its phase; and Theseus (the paper's, first method) minus every other method, per
 seed and as a mean over seeds with a 95% paired bootstrap interval over test examples.
+
+Raw results survive the machine: every finished run's ``report.json``, ``report.md`` and ``curves.png`` are copied
+as it finishes to ``<out>/<recipe>/<method>/lr<lr>/seed<N>/`` (commit them), and a run whose copy is there
+is not run again when its run directory is gone, provided the copy was made with the recipe this run would use (its
+recorded recipe, fields it predates at their defaults) and from the same predecessor (identical test predictions).
+Every report of a comparison must come from one predecessor: the tables refuse to pair runs that do not.
+Also writes ``compare-<recipe>.png``: each method's test metric per seed, and the paired differences with their
+intervals.
 """
 
 from __future__ import annotations
@@ -19,12 +27,16 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import shutil
 import statistics
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from theseus_zoo.recipes import get_recipe, with_defaults
 
 from .harness import environment, markdown_table, write_report
 from .recipes import paired_comparison, run_seed
@@ -59,24 +71,71 @@ class Comparison:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.root = args.runs / args.recipe
+        self.archive = args.out / args.recipe
         self.source: Path | None = args.predecessor_from
+        self.first_run = threading.Lock()  # held by the run that fine-tunes the shared predecessor
+        self.archived_runs: list[str] = []
+        source_report = None if self.source is None else self.source / "report.json"
+        self.reference: Any = (  # the shared predecessor's test outputs, once a report says them
+            predecessor_outputs(json.loads(source_report.read_text()))
+            if source_report is not None and source_report.exists()
+            else None
+        )
+
+    def overrides(self, method: str, lr: float) -> dict[str, Any]:
+        base = json.loads(self.args.config.read_text()) if self.args.config else {}
+        return {**base, **METHODS[method], "replacing": {**base.get("replacing", {}), "lr": lr}}
 
     def run(self, method: str, lr: float, seed: int) -> dict[str, Any]:
-        directory = self.root / method / f"lr{lr:g}"
-        directory.mkdir(parents=True, exist_ok=True)
-        config = directory / "config.json"
-        base = json.loads(self.args.config.read_text()) if self.args.config else {}
-        overrides = {**base, **METHODS[method], "replacing": {**base.get("replacing", {}), "lr": lr}}
-        config.write_text(json.dumps(overrides) + "\n")
-        return run_seed(self.args.recipe, seed, directory / f"seed{seed}", self.args.threads, config, self.source)
+        name = Path(method, f"lr{lr:g}", f"seed{seed}")
+        directory = self.root / name
+        if not (directory / "report.json").exists():
+            report = self.archived(method, lr, seed)
+            if report is not None:
+                self.archived_runs.append(str(name))
+                return report
+        config = directory.parent / "config.json"
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text(json.dumps(self.overrides(method, lr)) + "\n")
+        if self.source is None:
+            with self.first_run:  # the first fresh run fine-tunes the predecessor, alone; the others take it
+                if self.source is None:
+                    run_seed(self.args.recipe, seed, directory, self.args.threads, config)
+                    self.source = directory
+                    report = self.keep(directory, name)
+                    self.reference = self.reference or predecessor_outputs(report)
+                    return report
+        run_seed(self.args.recipe, seed, directory, self.args.threads, config, self.source)
+        return self.keep(directory, name)
+
+    def keep(self, directory: Path, name: Path) -> dict[str, Any]:
+        """Copies a finished run's report files to the archive (the raw results to commit); returns its report."""
+        (self.archive / name).mkdir(parents=True, exist_ok=True)
+        for file in ("report.json", "report.md", "curves.png"):
+            if (directory / file).exists():
+                shutil.copyfile(directory / file, self.archive / name / file)
+        return json.loads((directory / "report.json").read_text())
+
+    def archived(self, method: str, lr: float, seed: int) -> dict[str, Any] | None:
+        """The archived report of this run, if it was made with the same recipe and the same predecessor."""
+        path = self.archive / method / f"lr{lr:g}" / f"seed{seed}" / "report.json"
+        if not path.exists():
+            return None
+        report = json.loads(path.read_text())
+        recipe = get_recipe(self.args.recipe).with_overrides({**self.overrides(method, lr), "seed": seed})
+        if with_defaults(report["recipe"]) != json.loads(json.dumps(recipe.to_dict())):
+            print(f"compare: {path} was made with another recipe: running it again", file=sys.stderr)
+            return None
+        if self.reference is None:  # no predecessor yet: the archive's first report names it
+            self.reference = predecessor_outputs(report)
+        elif predecessor_outputs(report) != self.reference:
+            print(f"compare: {path} comes from another predecessor: running it again", file=sys.stderr)
+            return None
+        return report
 
     def all(self) -> dict[str, Any]:
         args, first_seed = self.args, self.args.seeds[0]
         pairs = [(method, lr) for method in args.methods for lr in args.lrs]
-        if self.source is None:  # one run fine-tunes the predecessor, alone on every thread, before the others
-            method, lr = pairs[0]
-            self.run(method, lr, first_seed)
-            self.source = self.root / method / f"lr{lr:g}" / f"seed{first_seed}"
         with ThreadPoolExecutor(args.jobs) as pool:
             tuning = {pair: pool.submit(self.run, *pair, first_seed) for pair in pairs}
             tuned = {pair: future.result() for pair, future in tuning.items()}
@@ -94,7 +153,29 @@ class Comparison:
                 | {seed: seeds[(method, seed)].result() for seed in args.seeds[1:]}
                 for method in args.methods
             }
-        return {"chosen_lr": chosen, "tuning": tuned, "reports": reports}
+        check_one_predecessor({f"{m} lr={lr:g} seed {first_seed}": report for (m, lr), report in tuned.items()})
+        check_one_predecessor(
+            {f"{m} lr={chosen[m]:g} seed {seed}": report for m, by in reports.items() for seed, report in by.items()}
+        )
+        return {"chosen_lr": chosen, "tuning": tuned, "reports": reports, "archived": sorted(self.archived_runs)}
+
+
+def predecessor_outputs(report: dict[str, Any]) -> Any:
+    """What identifies a report's predecessor: its per-example test predictions (its test metrics without them)."""
+    predecessor = report["models"]["predecessor"]
+    return predecessor.get("test_predictions", predecessor["test"])
+
+
+def check_one_predecessor(reports: dict[str, dict[str, Any]]) -> None:
+    """Raises `ValueError` naming the runs whose predecessor is not the first run's: they cannot be paired."""
+    names = list(reports)
+    reference = predecessor_outputs(reports[names[0]])
+    others = [name for name in names[1:] if predecessor_outputs(reports[name]) != reference]
+    if others:
+        raise ValueError(
+            f"these runs come from another predecessor than {names[0]}'s and cannot be paired with it: "
+            f"{', '.join(others)}; delete their run directories and archived reports, or pass --predecessor-from"
+        )
 
 
 def merged(reports: dict[str, dict[int, dict]], method: str, reference: str) -> dict[int, dict[str, Any]]:
@@ -122,10 +203,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--runs", type=Path, default=Path("runs/compare"))
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "compare")
     args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    outcome = Comparison(args).all()
+    try:
+        outcome = Comparison(args).all()
+    except (ValueError, RuntimeError) as error:
+        raise SystemExit(f"compare: {error}") from None
     reports = outcome["reports"]
     first = next(iter(next(iter(reports.values())).values()))
     metric = first["metric"]
@@ -165,11 +250,23 @@ def main(argv: list[str] | None = None) -> None:
         "chosen_lr": outcome["chosen_lr"],
         "comparisons": comparisons,
         "reports": {method: {str(seed): r for seed, r in by.items()} for method, by in reports.items()},
+        "archived": outcome["archived"],
         "tuning_dev": {
             f"{m} lr={lr:g}": r["phases"][phase_of(m)]["best_metric"] for (m, lr), r in outcome["tuning"].items()
         },
     }
     predecessor = first["models"]["predecessor"]["test"][metric]
+    grid_rows = [
+        [method]
+        + [
+            ("**{:.4f}**" if lr == outcome["chosen_lr"][method] else "{:.4f}").format(
+                outcome["tuning"][(method, lr)]["phases"][phase_of(method)]["best_metric"]
+            )
+            for lr in args.lrs
+        ]
+        for method in args.methods
+    ]
+    archived = outcome["archived"]
     markdown = "\n".join(
         [
             f"# `{args.recipe}`: Theseus against the alternatives, {len(args.seeds)} seeds\n",
@@ -179,11 +276,59 @@ def main(argv: list[str] | None = None) -> None:
             "\nPaired differences on the same test examples (per seed; mean over seeds with a 95% paired bootstrap "
             "interval over test examples):\n",
             markdown_table(["comparison", "per seed", "mean", "95% interval"], comparison_rows),
-            f"\nCommand: `{command}` ({results['seconds'] / 60:.1f} min).\n",
+            f"\nThe learning-rate grid: best dev {metric} of each method on seed {args.seeds[0]} (chosen in bold):\n",
+            markdown_table(["method"] + [f"lr {lr:g}" for lr in args.lrs], grid_rows),
+            f"\n![per seed and paired differences](compare-{args.recipe}.png)\n",
+            f"\nCommand: `{command}` ({results['seconds'] / 60:.1f} min"
+            + (f"; {len(archived)} runs taken from the archive `{args.recipe}/`" if archived else "")
+            + ").\n",
         ]
     )
+    plot(reports, comparisons, args.methods, metric, predecessor, args.out / f"compare-{args.recipe}.png")
     write_report(results, args.out, f"compare-{args.recipe}", markdown)
     print(markdown)
+
+
+def plot(
+    reports: dict[str, dict[int, dict]],
+    comparisons: dict[str, dict[str, Any] | None],
+    methods: list[str],
+    metric: str,
+    predecessor: float,
+    path: Path,
+) -> None:
+    """Left: each method's test metric per seed (dots) and median (bar), the predecessor dashed. Right: the first
+    method minus each other one, per seed (dots) and the mean over seeds with its 95% paired bootstrap interval."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot")
+        return
+    shown = {method: comparison for method, comparison in comparisons.items() if comparison is not None}
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 1.2 + 0.5 * len(methods)), constrained_layout=True)
+    for row, method in enumerate(methods):
+        values = [report["models"][model_of(method)]["test"][metric] for report in reports[method].values()]
+        left.scatter(values, [row] * len(values), color=f"C{row}", alpha=0.7)
+        left.plot([statistics.median(values)] * 2, [row - 0.3, row + 0.3], color=f"C{row}", linewidth=2)
+    left.axvline(predecessor, color="gray", linestyle="--", label=f"predecessor {predecessor:.3f}")
+    left.set_yticks(range(len(methods)), methods)
+    left.invert_yaxis()
+    left.set_xlabel(f"test {metric} (dots: seeds; bar: median)")
+    left.legend(loc="lower left", fontsize="small")
+    for row, comparison in enumerate(shown.values()):
+        per_seed = list(comparison["per_seed"].values())
+        left_error, right_error = comparison["mean"] - comparison["low"], comparison["high"] - comparison["mean"]
+        right.scatter(per_seed, [row] * len(per_seed), color="gray", alpha=0.6, s=15)
+        right.errorbar(comparison["mean"], row, xerr=[[left_error], [right_error]], fmt="o", color="black", capsize=4)
+    right.axvline(0, color="gray", linewidth=1)
+    right.set_yticks(range(len(shown)), [f"{methods[0]} − {method}" for method in shown])
+    right.invert_yaxis()
+    right.set_xlabel(f"difference in test {metric} (dots: seeds; mean, 95% paired bootstrap interval)")
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
 
 
 if __name__ == "__main__":

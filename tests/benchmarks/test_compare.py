@@ -1,6 +1,9 @@
 """`benchmarks.compare` end to end on the toy recipe: lr picked on dev per method, seeds, paired differences."""
 
 import json
+import shutil
+
+import pytest
 
 from benchmarks import compare
 
@@ -34,3 +37,52 @@ def test_each_method_gets_its_best_dev_lr_and_every_seed_a_paired_difference(tmp
         assert abs(difference["per_seed"][seed] - expected) < 1e-6  # JSON keys are strings
     assert difference["low"] <= difference["mean"] <= difference["high"]
     assert "theseus − truncated" in (tmp_path / "out" / "compare-toy.md").read_text()
+
+
+def test_archived_runs_are_kept_across_machines_unless_their_recipe_or_predecessor_differs(tmp_path, capsys):
+    config = tmp_path / "tiny.json"
+    tiny = {"predecessor": {"steps": 6, "eval_every": 3}, "replacing": {"steps": 6, "eval_every": 3}}
+    config.write_text(json.dumps({**tiny, "steps_to_one": 3, "patience": None, "options": {"num_blocks": 4}}))
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    args = ["--recipe", "toy", "--methods", "theseus", "truncated", "--lrs", "1e-2", "--seeds", "0", "1"]
+    args += ["--config", str(config), "--runs", str(runs), "--out", str(out), "--jobs", "1"]
+    compare.main(args)
+    archive = out / "toy"
+    for method in ("theseus", "truncated"):
+        for seed in (0, 1):
+            assert (archive / method / "lr0.01" / f"seed{seed}" / "report.json").exists()
+            assert (archive / method / "lr0.01" / f"seed{seed}" / "report.md").exists()
+    assert (out / "compare-toy.png").exists()
+    assert "![per seed and paired differences](compare-toy.png)" in (out / "compare-toy.md").read_text()
+
+    shutil.rmtree(runs)  # a new machine: the run directories are gone, the committed archive is not
+    other_predecessor = archive / "truncated" / "lr0.01" / "seed0" / "report.json"
+    report = json.loads(other_predecessor.read_text())
+    report["models"]["predecessor"]["test_predictions"][0] += 1
+    other_predecessor.write_text(json.dumps(report))
+    other_recipe = archive / "theseus" / "lr0.01" / "seed1" / "report.json"
+    report = json.loads(other_recipe.read_text())
+    report["recipe"]["replacing"]["steps"] = 7
+    other_recipe.write_text(json.dumps(report))
+    compare.main(args)
+    results = json.loads((out / "compare-toy.json").read_text())
+    assert results["archived"] == ["theseus/lr0.01/seed0", "truncated/lr0.01/seed1"]
+    errors = capsys.readouterr().err
+    assert f"{other_predecessor} comes from another predecessor: running it again" in errors
+    assert f"{other_recipe} was made with another recipe: running it again" in errors
+    assert not (runs / "toy" / "theseus" / "lr0.01" / "seed0").exists()
+    shared = results["reports"]["theseus"]["0"]["models"]["predecessor"]["test_predictions"]
+    for rerun in ("truncated/lr0.01/seed0", "theseus/lr0.01/seed1"):  # run again, and archived again
+        assert (runs / "toy" / rerun / "report.json").exists()
+        archived = json.loads((archive / rerun / "report.json").read_text())
+        assert archived["models"]["predecessor"]["test_predictions"] == shared
+        assert archived["recipe"]["replacing"]["steps"] == 6
+
+
+def test_reports_of_different_predecessors_are_not_paired():
+    def report(predictions):
+        return {"models": {"predecessor": {"test": {"accuracy": 0.5}, "test_predictions": predictions}}}
+
+    compare.check_one_predecessor({"a": report([0, 1]), "b": report([0, 1])})
+    with pytest.raises(ValueError, match="another predecessor than a's and cannot be paired with it: c"):
+        compare.check_one_predecessor({"a": report([0, 1]), "b": report([0, 1]), "c": report([1, 1])})

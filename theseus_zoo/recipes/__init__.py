@@ -16,6 +16,7 @@ from .recipe import (
     list_recipes,
     load_overrides,
     register_recipe,
+    with_defaults,
 )
 
 __all__ = [
@@ -29,4 +30,5 @@ __all__ = [
     "list_recipes",
     "load_overrides",
     "register_recipe",
+    "with_defaults",
 ]

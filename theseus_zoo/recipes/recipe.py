@@ -255,6 +255,22 @@ class Recipe:
         return dataclasses.asdict(self)
 
 
+def with_defaults(recipe: Mapping[str, Any]) -> dict[str, Any]:
+    """A recipe as an older version's `Recipe.to_dict` wrote it (in a checkpoint or a report), with the fields it
+    predates at their defaults, in the recipe and in each of its phases: what `Recipe.to_dict` gives for the same
+    run today, so that a run or a report made before a field existed (``refine``, say) still matches its recipe."""
+    phase_defaults = _field_defaults(Phase)
+    filled = {**_field_defaults(Recipe), **recipe}
+    for name in ("predecessor", "replacing", "refine"):
+        if isinstance(filled.get(name), Mapping):
+            filled[name] = {**phase_defaults, **filled[name]}
+    return filled
+
+
+def _field_defaults(cls: type) -> dict[str, Any]:
+    return {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+
+
 _RECIPES: dict[str, Recipe] = {}
 
 CATALOGUE = tuple(f"theseus_zoo.recipes.{family}" for family in ("toy", "text", "images", "graphs", "causal_lm"))

@@ -31,7 +31,6 @@ TensorBoard (``<out>/tensorboard``) when the ``tensorboard`` package is installe
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import math
 import os
@@ -53,7 +52,7 @@ from tqdm.auto import tqdm
 import theseus_core as th
 from theseus_quant.distill import prediction_loss
 
-from ..recipes import Phase, Recipe
+from ..recipes import Phase, Recipe, with_defaults
 from ..tasks import Task, build_task
 from . import ranks
 from .checkpoints import previous_of, read_checkpoint, write_checkpoint
@@ -191,7 +190,7 @@ class Run:
                 borrowed = _finished_predecessor(Path(predecessor_from), recipe, ignored)
                 borrowed.pop("rng", None)  # this run's seed, not the other run's, drives what comes after
             state: dict[str, Any] = read_checkpoint(checkpoint) if resume else {"done": {}}
-            if resume and _with_defaults(state.get("recipe")) != recipe.to_dict():
+            if resume and with_defaults(state.get("recipe") or {}) != recipe.to_dict():
                 raise RunError(
                     f"--resume: the run in {self.out} used another recipe (see its recipe.json); "
                     f"resume with the same --recipe, --config and flags"
@@ -774,15 +773,6 @@ def _finished_predecessor(run: Path, recipe: Recipe, compression_options: tuple[
             f"is not the one this recipe trains"
         )
     return state["done"]["predecessor"]
-
-
-def _with_defaults(recipe: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A checkpoint's recipe with the `Recipe` fields it predates (``refine``, say) at their defaults, as
-    ``Recipe.to_dict`` gives them: a run started before a field existed resumes."""
-    if recipe is None:
-        return None
-    defaults = Recipe.__dataclass_fields__.values()
-    return {**{f.name: f.default for f in defaults if f.default is not dataclasses.MISSING}, **recipe}
 
 
 def _tensorboard_writer(directory: Path) -> Any:
