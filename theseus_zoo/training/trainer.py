@@ -188,7 +188,7 @@ class Run:
             if predecessor_from and not resume:
                 ignored = getattr(self.task, "compression_options", ())
                 borrowed = _finished_predecessor(Path(predecessor_from), recipe, ignored)
-                borrowed.pop("rng", None)  # this run's seed, not the other run's, drives what comes after
+                borrowed.pop("rng", None)  # unused: what comes after starts from this run's RNG before the phase
             state: dict[str, Any] = read_checkpoint(checkpoint) if resume else {"done": {}}
             if resume and with_defaults(state.get("recipe") or {}) != recipe.to_dict():
                 raise RunError(
@@ -293,9 +293,14 @@ class Run:
     def _run(self) -> dict[str, Any]:
         predecessor = self.task.build_predecessor()
         if self.recipe.predecessor is not None:
+            # What follows draws from the RNG as it stood before the predecessor phase, whether that phase ran here
+            # or its result was borrowed (--predecessor-from): a run compresses the same either way, so runs that
+            # share a predecessor pair up however it reached them.
+            before = self._rng_state()
             if not self._finished("predecessor"):
                 self._train("predecessor", predecessor, predecessor_parameters(predecessor), self.recipe.predecessor)
             predecessor.load_state_dict(self.state["done"]["predecessor"]["weights"])
+            self._set_rng_state(before)
 
         compact = None
         if self.recipe.theseus:

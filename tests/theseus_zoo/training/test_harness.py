@@ -271,6 +271,18 @@ def test_analyses_and_sweeps_can_start_from_a_finished_runs_predecessor(tmp_path
         assert "predecessor" not in phases  # taken, not fine-tuned again
 
 
+def test_a_run_compresses_the_same_whether_it_fine_tuned_its_predecessor_or_borrowed_it(tmp_path):
+    with_baselines = {"baselines": ["truncated"]}
+    trained, _ = compress(tmp_path, with_baselines, out="trained")
+    config = tmp_path / "borrow.json"
+    config.write_text(json.dumps({**TINY, **with_baselines}))
+    args = ["compress", "--recipe", "toy", "--config", str(config), "--out", str(tmp_path / "borrowed")]
+    assert cli.main([*args, "--no-progress", "--predecessor-from", str(tmp_path / "trained")]) == 0
+    borrowed = json.loads((tmp_path / "borrowed" / "report.json").read_text())
+    for model in ("predecessor", "theseus", "baseline:truncated"):  # dropout masks and draws included
+        assert borrowed["models"][model]["test_predictions"] == trained["models"][model]["test_predictions"]
+
+
 def test_the_replacing_phase_lets_replace_verify_the_surgery_on_the_tasks_example_inputs(tmp_path, monkeypatch):
     from theseus_zoo.training import trainer
 
