@@ -14,9 +14,10 @@ and range, and the wall-clock of its phase; and Theseus (the paper's, first meth
 seed and as a mean over seeds with a 95% paired bootstrap interval over test examples.
 
 Raw results survive the machine: every finished run's ``report.json``, ``report.md`` and ``curves.png`` are copied
-as it finishes to ``<out>/<recipe>/<method>/lr<lr>/seed<N>/`` (commit them), and a run whose copy is there
-is not run again when its run directory is gone, provided the copy was made with the recipe this run would use (its
-recorded recipe, fields it predates at their defaults) and from the same predecessor (identical test predictions).
+as it finishes to ``<out>/<recipe>/<method>/lr<lr>/seed<N>/`` (commit them), and a run whose copy is there is not
+run again when its run directory is gone, provided the copy was made with the recipe this run would use (its
+recorded recipe, fields it predates at their defaults) and from the same predecessor (the same test predictions, to
+`PREDECESSOR_TOLERANCE`).
 Every report of a comparison must come from one predecessor: the tables refuse to pair runs that do not.
 Also writes ``compare-<recipe>.png``: each method's test metric per seed, and the paired differences with their
 intervals.
@@ -35,6 +36,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from theseus_zoo.recipes import get_recipe, with_defaults
 
@@ -128,7 +131,7 @@ class Comparison:
             return None
         if self.reference is None:  # no predecessor yet: the archive's first report names it
             self.reference = predecessor_outputs(report)
-        elif predecessor_outputs(report) != self.reference:
+        elif not same_predecessor(predecessor_outputs(report), self.reference):
             print(f"compare: {path} comes from another predecessor: running it again", file=sys.stderr)
             return None
         return report
@@ -166,11 +169,29 @@ def predecessor_outputs(report: dict[str, Any]) -> Any:
     return predecessor.get("test_predictions", predecessor["test"])
 
 
+PREDECESSOR_TOLERANCE = 1e-3
+"""How far two reports' predecessor outputs may differ, example by example, and still be one predecessor: the same
+fine-tuning replayed on another machine or library build differs in the last bits of its weights (dev scores equal
+to 9 digits), far below what moves a test metric; two different fine-tunings differ by far more."""
+
+
+def same_predecessor(outputs: Any, other: Any) -> bool:
+    if isinstance(outputs, dict) or isinstance(other, dict):
+        return (
+            isinstance(outputs, dict)
+            and isinstance(other, dict)
+            and outputs.keys() == other.keys()
+            and all(abs(outputs[key] - other[key]) <= PREDECESSOR_TOLERANCE for key in outputs)
+        )
+    first, second = np.asarray(outputs, dtype=float), np.asarray(other, dtype=float)
+    return first.shape == second.shape and bool(np.all(np.abs(first - second) <= PREDECESSOR_TOLERANCE))
+
+
 def check_one_predecessor(reports: dict[str, dict[str, Any]]) -> None:
     """Raises `ValueError` naming the runs whose predecessor is not the first run's: they cannot be paired."""
     names = list(reports)
     reference = predecessor_outputs(reports[names[0]])
-    others = [name for name in names[1:] if predecessor_outputs(reports[name]) != reference]
+    others = [name for name in names[1:] if not same_predecessor(predecessor_outputs(reports[name]), reference)]
     if others:
         raise ValueError(
             f"these runs come from another predecessor than {names[0]}'s and cannot be paired with it: "
