@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from theseus_core._checks import is_int
 from theseus_core.site import primary_output, primary_parameter_name, split_primary
 
 from .hf import Stack, layer_stack, sync_config
@@ -307,7 +308,7 @@ def streamline(
 
 
 def _check_depth(num_layers: int, total: int) -> None:
-    if not (isinstance(num_layers, int) and not isinstance(num_layers, bool) and 1 <= num_layers < total):
+    if not (is_int(num_layers) and 1 <= num_layers < total):
         raise ValueError(f"num_layers must be an integer in [1, {total}) for a {total}-layer stack, got {num_layers}")
 
 

@@ -54,6 +54,7 @@ import torch
 from torch import nn
 
 import theseus_core as th
+from theseus_core._checks import is_int
 
 INITS = ("first", "every_other", "group_last", "last")
 STACK_NAMES = ("layer", "layers", "h", "block", "blocks")
@@ -193,7 +194,7 @@ def layer_stack(model: nn.Module, stack: str | None = None, *, shortened: bool =
             continue
         if name in PER_LAYER_LISTS and (shortened or len(value) == len(layers)):
             per_layer.append(name)
-        elif name.endswith("_layers") and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        elif name.endswith("_layers") and all(is_int(v) for v in value):
             raise ValueError(
                 f"config.{name} = {value} lists layer indices of {type(model).__name__}; "
                 f"theseus_adapters.hf does not renumber those"
@@ -310,7 +311,7 @@ def _index_attributes(layer: nn.Module) -> list[tuple[nn.Module, str, int]]:
         (module, name, value)
         for module in layer.modules()
         for name, value in vars(module).items()
-        if name in LAYER_INDEX_NAMES and isinstance(value, int) and not isinstance(value, bool)
+        if name in LAYER_INDEX_NAMES and is_int(value)
     ]
 
 
@@ -542,7 +543,7 @@ def _find(layer: nn.Module, path: str) -> nn.Module | None:
 def _check_slim(layer: nn.Module, config, heads: int | None, intermediate_size: int | None) -> None:
     layout = slim_layout(layer)
     width = getattr(config, layout.ffn_config)
-    if intermediate_size is not None and not (_is_int(intermediate_size) and 1 <= intermediate_size <= width):
+    if intermediate_size is not None and not (is_int(intermediate_size) and 1 <= intermediate_size <= width):
         raise ValueError(
             f"intermediate_size must be an integer in [1, {width}] (the config's), got {intermediate_size!r}"
         )
@@ -555,14 +556,10 @@ def _check_slim(layer: nn.Module, config, heads: int | None, intermediate_size: 
             f"of the same size and the export would not reload. Use intermediate_size= alone"
         )
     total, groups = config.num_attention_heads, getattr(config, "num_key_value_heads", None) or 1
-    if not (_is_int(heads) and 1 <= heads <= total and heads % groups == 0):
+    if not (is_int(heads) and 1 <= heads <= total and heads % groups == 0):
         raise ValueError(
             f"heads must be a multiple of num_key_value_heads={groups} in [1, {total}] (the config's), got {heads!r}"
         )
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @torch.no_grad()

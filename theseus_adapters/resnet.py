@@ -58,6 +58,7 @@ from torch.nn.modules.conv import _ConvNd
 
 import theseus_core as th
 from theseus_adapters import light_blocks
+from theseus_core._checks import is_int
 from theseus_core.spec import SuccessorFactory, resolve
 
 INITS = ("first", "every_other", "last", "fresh")
@@ -237,7 +238,7 @@ def _group_sizes(names: list[str], stages: list[nn.Sequential], blocks: BlocksPe
         )
     group_sizes = []
     for position, (name, entry, total) in enumerate(zip(names, blocks, current, strict=True)):
-        if isinstance(entry, int) and not isinstance(entry, bool):
+        if is_int(entry):
             if entry > total:
                 raise ValueError(
                     f"blocks[{position}]={entry} asks {name} to grow from {total} blocks; a successor stage "

@@ -33,6 +33,7 @@ from typing import Any
 
 from torch import nn
 
+from ._checks import is_int
 from .spec import DEFAULT_SUCCESSOR, ModuleSpec, Plan, Projection, SuccessorFactory, resolve
 
 
@@ -300,18 +301,14 @@ def group_sizes_for(total: int, num_groups: int, group_sizes: Sequence[int] | No
         ValueError: ``num_groups`` is not an integer in ``[1, total]``, or ``group_sizes`` is not ``num_groups``
             positive integers summing to ``total``.
     """
-    if not _is_int(num_groups) or not 1 <= num_groups <= total:
+    if not is_int(num_groups) or not 1 <= num_groups <= total:
         raise ValueError(f"cannot split {total} modules into {num_groups!r} groups; use an integer in [1, {total}]")
     if group_sizes is None:
         return even_group_sizes(total, num_groups)
     sizes = list(group_sizes)
-    if len(sizes) != num_groups or not all(_is_int(size) and size >= 1 for size in sizes) or sum(sizes) != total:
+    if len(sizes) != num_groups or not all(is_int(size) and size >= 1 for size in sizes) or sum(sizes) != total:
         raise ValueError(f"group_sizes {sizes} must be {num_groups} positive integers summing to {total}")
     return sizes
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def plan(

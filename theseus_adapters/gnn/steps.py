@@ -13,6 +13,8 @@ from typing import Any
 from torch import Tensor, nn
 from torch_geometric.nn.conv import EdgeConv
 
+from theseus_core._checks import is_int
+
 LAYER_OUTPUTS = "layer_outputs"
 """Input name under which a step appends its output to a list (for jumping knowledge)."""
 
@@ -187,7 +189,7 @@ def _widths(layer: nn.Module) -> tuple[int, int] | None:
     if isinstance(layer, nn.Linear):
         return layer.in_features, layer.out_features
     widths = getattr(layer, "in_channels", None), getattr(layer, "out_channels", None)
-    if all(isinstance(w, int) and not isinstance(w, bool) and w > 0 for w in widths):
+    if all(is_int(w) and w > 0 for w in widths):
         return widths
     return None
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from theseus_core._checks import is_int
+
 from .splits import check_fractions, quintile_boundaries, stratified_split
 
 if TYPE_CHECKING:
@@ -103,7 +105,7 @@ def _label_kind(values: list[Any]) -> str:
         except (TypeError, ValueError):
             return False
 
-    if all((isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, str) and parses(int, v)) for v in values):
+    if all(is_int(v) or (isinstance(v, str) and parses(int, v)) for v in values):
         return "int"
     if all(
         (isinstance(v, (int, float)) and not isinstance(v, bool)) or (isinstance(v, str) and parses(float, v))

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from theseus_core._checks import is_int
+
 BASELINES = ("truncated", "pretrained", "scratch", "kd", "direct")
 """Baselines the trainer knows: ``truncated`` fine-tunes the successor-sized model initialised like the
 successors (the fine-tuned predecessor's layers the plan's ``init`` names: the bottom ones for the paper's
@@ -38,10 +40,6 @@ DEFAULT_BASELINES = ("truncated", "scratch", "kd")
 LR_SCHEDULES = ("linear", "constant")
 SCHEDULES = ("curriculum", "constant", "anti_curriculum")
 UNFREEZE = ("head", "all")
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _is_number(value: Any) -> bool:
@@ -79,13 +77,13 @@ class Phase:
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "eval_every"):
             value = getattr(self, name)
-            if not _is_int(value) or value < 1:
+            if not is_int(value) or value < 1:
                 raise ValueError(f"Phase.{name} must be an integer >= 1, got {value!r}")
         if not (_is_number(self.lr) and self.lr > 0):
             raise ValueError(f"Phase.lr must be a finite number > 0, got {self.lr!r}")
         if self.lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"Phase.lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
-        if not _is_int(self.warmup_steps) or not 0 <= self.warmup_steps <= self.steps:
+        if not is_int(self.warmup_steps) or not 0 <= self.warmup_steps <= self.steps:
             raise ValueError(
                 f"Phase.warmup_steps must be an integer in [0, steps={self.steps}], got {self.warmup_steps!r}"
             )
@@ -192,14 +190,14 @@ class Recipe:
                 raise ValueError(f"{name} must be a finite number >= 0, got {getattr(self, name)!r}")
         if not self.theseus and not self.baselines:
             raise ValueError("theseus is false and there are no baselines: nothing to train after the predecessor")
-        if not _is_int(self.seed) or not 0 <= self.seed < 2**31:
+        if not is_int(self.seed) or not 0 <= self.seed < 2**31:
             raise ValueError(f"seed must be an integer in [0, 2**31), got {self.seed!r}")
-        if not _is_int(self.steps_to_one) or not 1 <= self.steps_to_one <= self.replacing.steps:
+        if not is_int(self.steps_to_one) or not 1 <= self.steps_to_one <= self.replacing.steps:
             limit = self.replacing.steps
             raise ValueError(
                 f"steps_to_one must be an integer in [1, replacing.steps={limit}], got {self.steps_to_one}"
             )
-        if self.patience is not None and (not _is_int(self.patience) or self.patience < 1):
+        if self.patience is not None and (not is_int(self.patience) or self.patience < 1):
             raise ValueError(f"patience must be None or an integer >= 1, got {self.patience!r}")
         if not (_is_number(self.kd_alpha) and 0.0 <= self.kd_alpha <= 1.0) or not (
             _is_number(self.kd_temperature) and self.kd_temperature > 0

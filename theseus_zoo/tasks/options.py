@@ -17,6 +17,8 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Literal, TypeVar, Union
 
+from theseus_core._checks import is_int
+
 Options = TypeVar("Options")
 
 
@@ -79,7 +81,7 @@ def _convert(value: Any, annotation: Any) -> Any:
         if isinstance(value, bool):
             return value
     elif annotation is int:
-        if isinstance(value, int) and not isinstance(value, bool):
+        if is_int(value):
             return value
     elif annotation is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and _finite(value):
