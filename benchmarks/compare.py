@@ -2,13 +2,15 @@
 
     python -m benchmarks.compare --recipe minilm-rt-five-2l [--predecessor-from RUN] \\
         [--methods theseus truncated kd theseus+unfreeze theseus+consistency theseus+kd] \\
-        [--lrs 5e-5 1e-4 2e-4] [--seeds 0 1 2 3 4] [--config FILE.json] [--jobs 2] [--threads 1] \
+        [--lrs 5e-5 1e-4 2e-4] [--lr METHOD=LR ...] [--seeds 0 1 2 3 4] [--config FILE.json] [--jobs 2] \
+        [--threads 1] \
         [--runs runs/compare] [--out benchmarks/results/compare]
 
 Every method trains on the same fine-tuned predecessor (``--predecessor-from``, or the first run's), the same data
 order and the recipe's budget; each is one ``theseus compress`` run in ``<runs>/<recipe>/<method>/lr<lr>/seed<N>``
 (resumed when interrupted, kept when finished). First each method runs seed ``--seeds[0]`` at every learning rate
-of ``--lrs`` and keeps the one with the best dev metric; then it runs the other seeds at that rate. Writes
+of ``--lrs`` and keeps the one with the best dev metric (``--lr METHOD=LR`` pins a method's rate instead, e.g. the
+one a grid chose in another cell or budget); then it runs the other seeds at that rate. Writes
 ``<out>/compare-<recipe>.json`` (every report) and ``.md``: per method its learning rate, test metric per seed, median
 and range, and the wall-clock of its phase; and Theseus (the paper's, first method) minus every other method, per
 seed and as a mean over seeds with a 95% paired bootstrap interval over test examples.
@@ -89,6 +91,10 @@ class Comparison:
         base = json.loads(self.args.config.read_text()) if self.args.config else {}
         return {**base, **METHODS[method], "replacing": {**base.get("replacing", {}), "lr": lr}}
 
+    def lrs_of(self, method: str) -> list[float]:
+        """The learning rates a method is tuned over on the first seed: its pinned one, else ``--lrs``."""
+        return [self.args.lr[method]] if method in self.args.lr else self.args.lrs
+
     def run(self, method: str, lr: float, seed: int) -> dict[str, Any]:
         name = Path(method, f"lr{lr:g}", f"seed{seed}")
         directory = self.root / name
@@ -138,12 +144,14 @@ class Comparison:
 
     def all(self) -> dict[str, Any]:
         args, first_seed = self.args, self.args.seeds[0]
-        pairs = [(method, lr) for method in args.methods for lr in args.lrs]
+        pairs = [(method, lr) for method in args.methods for lr in self.lrs_of(method)]
         with ThreadPoolExecutor(args.jobs) as pool:
             tuning = {pair: pool.submit(self.run, *pair, first_seed) for pair in pairs}
             tuned = {pair: future.result() for pair, future in tuning.items()}
             chosen = {
-                method: max(args.lrs, key=lambda lr, m=method: tuned[(m, lr)]["phases"][phase_of(m)]["best_metric"])
+                method: max(
+                    self.lrs_of(method), key=lambda lr, m=method: tuned[(m, lr)]["phases"][phase_of(m)]["best_metric"]
+                )
                 for method in args.methods
             }
             seeds = {
@@ -199,6 +207,20 @@ def check_one_predecessor(reports: dict[str, dict[str, Any]]) -> None:
         )
 
 
+def method_lr(text: str) -> tuple[str, float]:
+    """``METHOD=LR`` as given to ``--lr``."""
+    method, _, lr = text.partition("=")
+    if method not in METHODS:
+        raise argparse.ArgumentTypeError(f"{method!r} is not a method; one of {', '.join(METHODS)}")
+    try:
+        value = float(lr)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected METHOD=LR with a number, e.g. theseus=2e-4") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: the learning rate must be positive")
+    return method, value
+
+
 def merged(reports: dict[str, dict[int, dict]], method: str, reference: str) -> dict[int, dict[str, Any]]:
     """Per seed, one report holding ``reference``'s and ``method``'s models, for `paired_comparison`."""
     return {
@@ -218,6 +240,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--recipe", required=True)
     parser.add_argument("--methods", nargs="+", default=["theseus", "truncated", "kd"], choices=list(METHODS))
     parser.add_argument("--lrs", type=float, nargs="+", default=[5e-5, 1e-4, 2e-4])
+    parser.add_argument(
+        "--lr",
+        type=method_lr,
+        action="append",
+        default=[],
+        metavar="METHOD=LR",
+        help="pin a method's learning rate instead of tuning it on --lrs (repeatable)",
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--predecessor-from", type=Path, help="a finished run whose fine-tuned predecessor to share")
     parser.add_argument("--config", type=Path, help="JSON recipe overrides under every method's own")
@@ -226,6 +256,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=Path, default=Path("runs/compare"))
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "compare")
     args = parser.parse_args(argv)
+    args.lr = dict(args.lr)
+    if unknown := sorted(set(args.lr) - set(args.methods)):
+        parser.error(f"--lr pins {', '.join(unknown)}, not among --methods {' '.join(args.methods)}")
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     try:
@@ -277,28 +310,32 @@ def main(argv: list[str] | None = None) -> None:
         },
     }
     predecessor = first["models"]["predecessor"]["test"][metric]
+    grid_lrs = sorted({lr for method, lr in outcome["tuning"]})
     grid_rows = [
         [method]
         + [
             ("**{:.4f}**" if lr == outcome["chosen_lr"][method] else "{:.4f}").format(
                 outcome["tuning"][(method, lr)]["phases"][phase_of(method)]["best_metric"]
             )
-            for lr in args.lrs
+            if (method, lr) in outcome["tuning"]
+            else "—"
+            for lr in grid_lrs
         ]
         for method in args.methods
     ]
+    pinned = "".join(f"; {method}'s pinned at {lr:g}" for method, lr in args.lr.items())
     archived = outcome["archived"]
     markdown = "\n".join(
         [
             f"# `{args.recipe}`: Theseus against the alternatives, {len(args.seeds)} seeds\n",
             f"{first['recipe']['description']}. One fine-tuned predecessor for all (test {metric} {predecessor:.4f}); "
-            f"each method's learning rate picked on dev (seed {args.seeds[0]}) from {args.lrs}.\n",
+            f"each method's learning rate picked on dev (seed {args.seeds[0]}) from {args.lrs}{pinned}.\n",
             markdown_table(["method", "lr", f"test {metric} per seed", "median", "range", "minutes (median)"], rows),
             "\nPaired differences on the same test examples (per seed; mean over seeds with a 95% paired bootstrap "
             "interval over test examples):\n",
             markdown_table(["comparison", "per seed", "mean", "95% interval"], comparison_rows),
             f"\nThe learning-rate grid: best dev {metric} of each method on seed {args.seeds[0]} (chosen in bold):\n",
-            markdown_table(["method"] + [f"lr {lr:g}" for lr in args.lrs], grid_rows),
+            markdown_table(["method"] + [f"lr {lr:g}" for lr in grid_lrs], grid_rows),
             f"\n![per seed and paired differences](compare-{args.recipe}.png)\n",
             f"\nCommand: `{command}` ({results['seconds'] / 60:.1f} min"
             + (f"; {len(archived)} runs taken from the archive `{args.recipe}/`" if archived else "")

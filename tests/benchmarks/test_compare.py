@@ -39,6 +39,31 @@ def test_each_method_gets_its_best_dev_lr_and_every_seed_a_paired_difference(tmp
     assert "theseus − truncated" in (tmp_path / "out" / "compare-toy.md").read_text()
 
 
+def test_a_pinned_learning_rate_replaces_the_grid_for_its_method_only(tmp_path):
+    config = tmp_path / "tiny.json"
+    tiny = {"predecessor": {"steps": 4, "eval_every": 2}, "replacing": {"steps": 4, "eval_every": 2}}
+    config.write_text(json.dumps({**tiny, "steps_to_one": 2, "patience": None, "options": {"num_blocks": 4}}))
+    args = ["--recipe", "toy", "--methods", "theseus", "truncated", "--lrs", "1e-3", "1e-2", "--seeds", "0"]
+    args += ["--lr", "truncated=3e-3", "--config", str(config), "--runs", str(tmp_path / "runs")]
+    compare.main([*args, "--out", str(tmp_path / "out"), "--jobs", "1"])
+    results = json.loads((tmp_path / "out" / "compare-toy.json").read_text())
+    assert results["chosen_lr"]["truncated"] == 3e-3
+    assert set(results["tuning_dev"]) == {"theseus lr=0.001", "theseus lr=0.01", "truncated lr=0.003"}
+    assert sorted(path.name for path in (tmp_path / "runs" / "toy" / "truncated").iterdir()) == ["lr0.003"]
+    assert "truncated's pinned at 0.003" in (tmp_path / "out" / "compare-toy.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("pin", "message"),
+    [("kd=1e-4", "not among --methods"), ("nope=1e-4", "is not a method"), ("theseus=fast", "with a number")],
+)
+def test_a_bad_pinned_learning_rate_ends_before_any_run(tmp_path, capsys, pin, message):
+    with pytest.raises(SystemExit):
+        compare.main(["--recipe", "toy", "--methods", "theseus", "--lr", pin, "--runs", str(tmp_path / "runs")])
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+
+
 def test_archived_runs_are_kept_across_machines_unless_their_recipe_or_predecessor_differs(tmp_path, capsys):
     config = tmp_path / "tiny.json"
     tiny = {"predecessor": {"steps": 6, "eval_every": 3}, "replacing": {"steps": 6, "eval_every": 3}}
