@@ -7,22 +7,23 @@
         [--runs runs/compare] [--out benchmarks/results/compare]
 
 Every method trains on the same fine-tuned predecessor (``--predecessor-from``, or the first run's), the same data
-order and the recipe's budget; each is one ``theseus compress`` run in ``<runs>/<recipe>/<method>/lr<lr>/seed<N>``
-(resumed when interrupted, kept when finished). First each method runs seed ``--seeds[0]`` at every learning rate
-of ``--lrs`` and keeps the one with the best dev metric (``--lr METHOD=LR`` pins a method's rate instead, e.g. the
-one a grid chose in another cell or budget); then it runs the other seeds at that rate. Writes
-``<out>/compare-<recipe>.json`` (every report) and ``.md``: per method its learning rate, test metric per seed, median
-and range, and the wall-clock of its phase; and Theseus (the paper's, first method) minus every other method, per
-seed and as a mean over seeds with a 95% paired bootstrap interval over test examples.
+order and the recipe's budget; each is one ``theseus compress`` run in ``<runs>/<variant>/<method>/lr<lr>/seed<N>``
+(resumed when interrupted, kept when finished), where the variant is the recipe's name, or ``<recipe>/<config stem>``
+with ``--config FILE.json`` (its overrides go under every method's own: a budget, say), so that variants never mix.
+First each method runs seed ``--seeds[0]`` at every learning rate of ``--lrs`` and keeps the one with the best dev
+metric (``--lr METHOD=LR`` pins a method's rate instead, e.g. the one a grid chose in another cell or budget); then it
+runs the other seeds at that rate. Writes ``<out>/<name>.json`` (every report) and ``.md`` (``--name``, default
+``compare-<recipe>[-<config stem>]``): per method its learning rate, test metric per seed, median and range, and the
+wall-clock of its phase; and Theseus (the paper's, first method) minus every other method, per seed and as a mean
+over seeds with a 95% paired bootstrap interval over test examples; and ``<name>.png``: each method's test metric
+per seed, and the paired differences with their intervals.
 
 Raw results survive the machine: every finished run's ``report.json``, ``report.md`` and ``curves.png`` are copied
-as it finishes to ``<out>/<recipe>/<method>/lr<lr>/seed<N>/`` (commit them), and a run whose copy is there is not
+as it finishes to ``<out>/<variant>/<method>/lr<lr>/seed<N>/`` (commit them), and a run whose copy is there is not
 run again when its run directory is gone, provided the copy was made with the recipe this run would use (its
 recorded recipe, fields it predates at their defaults) and from the same predecessor (the same test predictions, to
-`PREDECESSOR_TOLERANCE`).
+`PREDECESSOR_TOLERANCE`); a copy made with another recipe is run again and replaced.
 Every report of a comparison must come from one predecessor: the tables refuse to pair runs that do not.
-Also writes ``compare-<recipe>.png``: each method's test metric per seed, and the paired differences with their
-intervals.
 """
 
 from __future__ import annotations
@@ -75,8 +76,9 @@ def phase_of(method: str) -> str:
 class Comparison:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
-        self.root = args.runs / args.recipe
-        self.archive = args.out / args.recipe
+        variant = args.recipe if args.config is None else Path(args.recipe, args.config.stem)
+        self.root = args.runs / variant  # a --config is a variant of the recipe: its runs and archive apart
+        self.archive = args.out / variant
         self.source: Path | None = args.predecessor_from
         self.first_run = threading.Lock()  # held by the run that fine-tunes the shared predecessor
         self.archived_runs: list[str] = []
@@ -255,8 +257,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--runs", type=Path, default=Path("runs/compare"))
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "compare")
+    parser.add_argument(
+        "--name", help="file name of the tables and plot in --out (default: compare-<recipe>[-<config stem>])"
+    )
     args = parser.parse_args(argv)
     args.lr = dict(args.lr)
+    args.name = args.name or f"compare-{args.recipe}" + (f"-{args.config.stem}" if args.config else "")
     if unknown := sorted(set(args.lr) - set(args.methods)):
         parser.error(f"--lr pins {', '.join(unknown)}, not among --methods {' '.join(args.methods)}")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -336,14 +342,14 @@ def main(argv: list[str] | None = None) -> None:
             markdown_table(["comparison", "per seed", "mean", "95% interval"], comparison_rows),
             f"\nThe learning-rate grid: best dev {metric} of each method on seed {args.seeds[0]} (chosen in bold):\n",
             markdown_table(["method"] + [f"lr {lr:g}" for lr in grid_lrs], grid_rows),
-            f"\n![per seed and paired differences](compare-{args.recipe}.png)\n",
+            f"\n![per seed and paired differences]({args.name}.png)\n",
             f"\nCommand: `{command}` ({results['seconds'] / 60:.1f} min"
             + (f"; {len(archived)} runs taken from the archive `{args.recipe}/`" if archived else "")
             + ").\n",
         ]
     )
-    plot(reports, comparisons, args.methods, metric, predecessor, args.out / f"compare-{args.recipe}.png")
-    write_report(results, args.out, f"compare-{args.recipe}", markdown)
+    plot(reports, comparisons, args.methods, metric, predecessor, args.out / f"{args.name}.png")
+    write_report(results, args.out, args.name, markdown)
     print(markdown)
 
 

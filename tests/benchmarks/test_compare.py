@@ -16,7 +16,7 @@ def test_each_method_gets_its_best_dev_lr_and_every_seed_a_paired_difference(tmp
     args = ["--recipe", "toy", "--methods", "theseus", "truncated", "--lrs", "1e-3", "1e-2", "--seeds", "0", "1"]
     args += ["--config", str(config), "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--jobs", "2"]
     compare.main(args)
-    results = json.loads((tmp_path / "out" / "compare-toy.json").read_text())
+    results = json.loads((tmp_path / "out" / "compare-toy-tiny.json").read_text())
     for method in ("theseus", "truncated"):
         dev = {lr: results["tuning_dev"][f"{method} lr={lr:g}"] for lr in (1e-3, 1e-2)}
         assert results["chosen_lr"][method] == max(dev, key=dev.get)
@@ -36,7 +36,7 @@ def test_each_method_gets_its_best_dev_lr_and_every_seed_a_paired_difference(tmp
         )
         assert abs(difference["per_seed"][seed] - expected) < 1e-6  # JSON keys are strings
     assert difference["low"] <= difference["mean"] <= difference["high"]
-    assert "theseus − truncated" in (tmp_path / "out" / "compare-toy.md").read_text()
+    assert "theseus − truncated" in (tmp_path / "out" / "compare-toy-tiny.md").read_text()
 
 
 def test_a_pinned_learning_rate_replaces_the_grid_for_its_method_only(tmp_path):
@@ -46,11 +46,11 @@ def test_a_pinned_learning_rate_replaces_the_grid_for_its_method_only(tmp_path):
     args = ["--recipe", "toy", "--methods", "theseus", "truncated", "--lrs", "1e-3", "1e-2", "--seeds", "0"]
     args += ["--lr", "truncated=3e-3", "--config", str(config), "--runs", str(tmp_path / "runs")]
     compare.main([*args, "--out", str(tmp_path / "out"), "--jobs", "1"])
-    results = json.loads((tmp_path / "out" / "compare-toy.json").read_text())
+    results = json.loads((tmp_path / "out" / "compare-toy-tiny.json").read_text())
     assert results["chosen_lr"]["truncated"] == 3e-3
     assert set(results["tuning_dev"]) == {"theseus lr=0.001", "theseus lr=0.01", "truncated lr=0.003"}
-    assert sorted(path.name for path in (tmp_path / "runs" / "toy" / "truncated").iterdir()) == ["lr0.003"]
-    assert "truncated's pinned at 0.003" in (tmp_path / "out" / "compare-toy.md").read_text()
+    assert sorted(path.name for path in (tmp_path / "runs" / "toy" / "tiny" / "truncated").iterdir()) == ["lr0.003"]
+    assert "truncated's pinned at 0.003" in (tmp_path / "out" / "compare-toy-tiny.md").read_text()
 
 
 @pytest.mark.parametrize(
@@ -72,13 +72,13 @@ def test_archived_runs_are_kept_across_machines_unless_their_recipe_or_predecess
     args = ["--recipe", "toy", "--methods", "theseus", "truncated", "--lrs", "1e-2", "--seeds", "0", "1"]
     args += ["--config", str(config), "--runs", str(runs), "--out", str(out), "--jobs", "1"]
     compare.main(args)
-    archive = out / "toy"
+    archive = out / "toy" / "tiny"  # a --config is a variant of its own
     for method in ("theseus", "truncated"):
         for seed in (0, 1):
             assert (archive / method / "lr0.01" / f"seed{seed}" / "report.json").exists()
             assert (archive / method / "lr0.01" / f"seed{seed}" / "report.md").exists()
-    assert (out / "compare-toy.png").exists()
-    assert "![per seed and paired differences](compare-toy.png)" in (out / "compare-toy.md").read_text()
+    assert (out / "compare-toy-tiny.png").exists()
+    assert "![per seed and paired differences](compare-toy-tiny.png)" in (out / "compare-toy-tiny.md").read_text()
 
     shutil.rmtree(runs)  # a new machine: the run directories are gone, the committed archive is not
     other_predecessor = archive / "truncated" / "lr0.01" / "seed0" / "report.json"
@@ -90,15 +90,15 @@ def test_archived_runs_are_kept_across_machines_unless_their_recipe_or_predecess
     report["recipe"]["replacing"]["steps"] = 7
     other_recipe.write_text(json.dumps(report))
     compare.main(args)
-    results = json.loads((out / "compare-toy.json").read_text())
+    results = json.loads((out / "compare-toy-tiny.json").read_text())
     assert results["archived"] == ["theseus/lr0.01/seed0", "truncated/lr0.01/seed1"]
     errors = capsys.readouterr().err
     assert f"{other_predecessor} comes from another predecessor: running it again" in errors
     assert f"{other_recipe} was made with another recipe: running it again" in errors
-    assert not (runs / "toy" / "theseus" / "lr0.01" / "seed0").exists()
+    assert not (runs / "toy" / "tiny" / "theseus" / "lr0.01" / "seed0").exists()
     shared = results["reports"]["theseus"]["0"]["models"]["predecessor"]["test_predictions"]
     for rerun in ("truncated/lr0.01/seed0", "theseus/lr0.01/seed1"):  # run again, and archived again
-        assert (runs / "toy" / rerun / "report.json").exists()
+        assert (runs / "toy" / "tiny" / rerun / "report.json").exists()
         archived = json.loads((archive / rerun / "report.json").read_text())
         assert archived["models"]["predecessor"]["test_predictions"] == shared
         assert archived["recipe"]["replacing"]["steps"] == 6
