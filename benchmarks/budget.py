@@ -1,0 +1,167 @@
+"""The budget curve: does Theseus' gap to another method close as both get more steps?
+
+    python -m benchmarks.budget --comparisons benchmarks/results/compare/compare-minilm-rt-regression-2l.json \\
+        benchmarks/results/compare/compare-minilm-rt-regression-2l-budget-*.json [--other truncated] \\
+        [--out benchmarks/results/compare] [--name budget-minilm-rt-regression-2l]
+
+Reads `benchmarks.compare` results of one recipe at several budgets (each a ``--config`` variant that changes the
+replacing steps, ``steps_to_one`` scaled alike) and puts Theseus and ``--other`` side by side per budget, on the
+seeds every comparison has (so each point is paired on the same seeds and test examples): the test metric of each
+(mean over those seeds) and Theseus minus the other with its 95% paired bootstrap interval. Every run must come from
+one fine-tuned predecessor. Writes ``<out>/<name>.json``, ``.md`` and ``.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from .compare import check_one_predecessor, merged, model_of
+from .harness import markdown_table, write_report
+from .recipes import paired_comparison
+
+
+def budget_rows(comparisons: list[dict[str, Any]], other: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """One row per budget (ascending replacing steps), on the seeds every comparison has; and those seeds."""
+    for results in comparisons:
+        missing = {"theseus", other} - set(results["reports"])
+        if missing:
+            raise ValueError(f"{results['command']!r} has no {', '.join(sorted(missing))} runs")
+    seeds = sorted(set.intersection(*(set(results["reports"]["theseus"]) for results in comparisons)), key=int)
+    seeds = [seed for seed in seeds if all(seed in results["reports"][other] for results in comparisons)]
+    if not seeds:
+        raise ValueError("the comparisons share no seed with both methods: nothing to pair")
+    check_one_predecessor(
+        {
+            f"{method} seed {seed} ({results['command']})": results["reports"][method][seed]
+            for results in comparisons
+            for method in ("theseus", other)
+            for seed in seeds
+        }
+    )
+    rows = []
+    for results in comparisons:
+        reports = {method: {seed: results["reports"][method][seed] for seed in seeds} for method in ("theseus", other)}
+        recipe = reports["theseus"][seeds[0]]["recipe"]
+        metric = reports["theseus"][seeds[0]]["metric"]
+
+        rows.append(
+            {
+                "steps": recipe["replacing"]["steps"],
+                "steps_to_one": recipe["steps_to_one"],
+                "lr": {method: results["chosen_lr"][method] for method in ("theseus", other)},
+                **{method: mean_test(reports[method], method, metric) for method in ("theseus", other)},
+                "difference": paired_comparison(merged(reports, other, "theseus"), "a", "b"),
+                "metric": metric,
+            }
+        )
+    steps = [row["steps"] for row in rows]
+    if len(set(steps)) != len(steps):
+        raise ValueError(f"two comparisons have the same budget ({steps}): give one comparison per budget")
+    return sorted(rows, key=lambda row: row["steps"]), seeds
+
+
+def mean_test(reports: dict[str, dict[str, Any]], method: str, metric: str) -> float:
+    """``method``'s test metric, mean over the seeds of ``reports``."""
+    return statistics.mean(report["models"][model_of(method)]["test"][metric] for report in reports.values())
+
+
+def interval(difference: dict[str, Any] | None) -> str:
+    if difference is None:
+        return "—"
+    return f"{difference['mean']:+.4f} [{difference['low']:+.4f}, {difference['high']:+.4f}]"
+
+
+def plot(rows: list[dict[str, Any]], other: str, path: Path) -> None:
+    """Left: each method's test metric against the budget. Right: Theseus minus the other with its interval."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot")
+        return
+    metric = rows[0]["metric"]
+    steps = [row["steps"] for row in rows]
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8), constrained_layout=True)
+    for method in ("theseus", other):
+        left.plot(steps, [row[method] for row in rows], marker="o", label=method)
+    left.set_xscale("log", base=2)
+    left.set_xticks(steps, [str(s) for s in steps])
+    left.set_xlabel("replacing steps (budget)")
+    left.set_ylabel(f"test {metric}")
+    left.legend()
+    shown = [row for row in rows if row["difference"] is not None]
+    if shown:
+        means = [row["difference"]["mean"] for row in shown]
+        errors = [
+            [row["difference"]["mean"] - row["difference"]["low"] for row in shown],
+            [row["difference"]["high"] - row["difference"]["mean"] for row in shown],
+        ]
+        right.errorbar([row["steps"] for row in shown], means, yerr=errors, fmt="o-", color="black", capsize=4)
+    right.axhline(0, color="gray", linewidth=1)
+    right.set_xscale("log", base=2)
+    right.set_xticks(steps, [str(s) for s in steps])
+    right.set_xlabel("replacing steps (budget)")
+    right.set_ylabel(f"theseus − {other} (95% paired bootstrap)")
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--comparisons", type=Path, nargs="+", required=True, help="benchmarks.compare JSON files")
+    parser.add_argument("--other", default="truncated", help="the method Theseus is set against")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "compare")
+    parser.add_argument("--name", help="file name of the outputs (default: budget-<recipe>)")
+    args = parser.parse_args(argv)
+    if missing := [str(path) for path in args.comparisons if not path.is_file()]:
+        parser.error(f"no such comparison: {', '.join(missing)}")
+    comparisons = [json.loads(path.read_text()) for path in args.comparisons]
+    try:
+        rows, seeds = budget_rows(comparisons, args.other)
+    except ValueError as error:
+        raise SystemExit(f"budget: {error}") from None
+    first = next(iter(comparisons[0]["reports"]["theseus"].values()))
+    recipe = first["recipe"]["name"]
+    name = args.name or f"budget-{recipe}"
+    metric = rows[0]["metric"]
+    table = [
+        [
+            row["steps"],
+            row["steps_to_one"],
+            f"{row['lr']['theseus']:g} / {row['lr'][args.other]:g}",
+            f"{row['theseus']:.4f}",
+            f"{row[args.other]:.4f}",
+            interval(row["difference"]),
+        ]
+        for row in rows
+    ]
+    command = "python -m benchmarks.budget " + shlex.join(sys.argv[1:] if argv is None else argv)
+    markdown = "\n".join(
+        [
+            f"# Budget curve of `{recipe}`: Theseus against {args.other}\n",
+            f"Test {metric}, mean over seeds {', '.join(seeds)} (the seeds every budget has), one fine-tuned "
+            "predecessor for all; the difference is paired on the same seeds and test examples.\n",
+            markdown_table(
+                ["replacing steps", "p = 1 at", "lr (Theseus / other)", "Theseus", args.other, "Theseus − other (95%)"],
+                table,
+            ),
+            f"\n![budget curve]({name}.png)\n",
+            f"\nCommand: `{command}`.\n",
+        ]
+    )
+    args.out.mkdir(parents=True, exist_ok=True)
+    plot(rows, args.other, args.out / f"{name}.png")
+    write_report({"command": command, "seeds": seeds, "other": args.other, "rows": rows}, args.out, name, markdown)
+    print(markdown)
+
+
+if __name__ == "__main__":
+    main()
