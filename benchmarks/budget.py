@@ -5,10 +5,10 @@
         [--out benchmarks/results/compare] [--name budget-minilm-rt-regression-2l]
 
 Reads `benchmarks.compare` results of one recipe at several budgets (each a ``--config`` variant that changes the
-replacing steps, ``steps_to_one`` scaled alike) and puts Theseus and ``--other`` side by side per budget, on the
-seeds every comparison has (so each point is paired on the same seeds and test examples): the test metric of each
-(mean over those seeds) and Theseus minus the other with its 95% paired bootstrap interval. Every run must come from
-one fine-tuned predecessor. Writes ``<out>/<name>.json``, ``.md`` and ``.png``.
+replacing steps, ``steps_to_one`` scaled alike; nothing else may differ) and puts Theseus and ``--other`` side by
+side per budget, on the seeds every comparison has (so each point is paired on the same seeds and test examples):
+the test metric of each (mean over those seeds) and Theseus minus the other with its 95% paired bootstrap interval.
+Every run must come from one fine-tuned predecessor. Writes ``<out>/<name>.json``, ``.md`` and ``.png``.
 """
 
 from __future__ import annotations
@@ -32,6 +32,13 @@ def budget_rows(comparisons: list[dict[str, Any]], other: str) -> tuple[list[dic
         missing = {"theseus", other} - set(results["reports"])
         if missing:
             raise ValueError(f"{results['command']!r} has no {', '.join(sorted(missing))} runs")
+    for method in ("theseus", other):
+        shapes = {
+            json.dumps(budget_free(next(iter(results["reports"][method].values()))["recipe"]))
+            for results in comparisons
+        }
+        if len(shapes) > 1:
+            raise ValueError(f"the {method} runs differ in more than their budget and learning rate: not one recipe")
     seeds = sorted(set.intersection(*(set(results["reports"]["theseus"]) for results in comparisons)), key=int)
     seeds = [seed for seed in seeds if all(seed in results["reports"][other] for results in comparisons)]
     if not seeds:
@@ -64,6 +71,13 @@ def budget_rows(comparisons: list[dict[str, Any]], other: str) -> tuple[list[dic
     if len(set(steps)) != len(steps):
         raise ValueError(f"two comparisons have the same budget ({steps}): give one comparison per budget")
     return sorted(rows, key=lambda row: row["steps"]), seeds
+
+
+def budget_free(recipe: dict[str, Any]) -> dict[str, Any]:
+    """A recipe without what may differ between budgets: the replacing steps, evaluation interval and learning rate,
+    ``steps_to_one`` and the seed."""
+    replacing = {k: v for k, v in recipe["replacing"].items() if k not in ("steps", "eval_every", "lr")}
+    return {**{k: v for k, v in recipe.items() if k not in ("steps_to_one", "seed")}, "replacing": replacing}
 
 
 def mean_test(reports: dict[str, dict[str, Any]], method: str, metric: str) -> float:

@@ -14,7 +14,7 @@ First each method runs seed ``--seeds[0]`` at every learning rate of ``--lrs`` a
 metric (``--lr METHOD=LR`` pins a method's rate instead, e.g. the one a grid chose in another cell or budget); then it
 runs the other seeds at that rate. Writes ``<out>/<name>.json`` (every report) and ``.md`` (``--name``, default
 ``compare-<recipe>[-<config stem>]``): per method its learning rate, test metric per seed, median and range, and the
-wall-clock of its phase; and Theseus (the paper's, first method) minus every other method, per seed and as a mean
+wall-clock of its phase; and the first method (Theseus by default) minus every other, per seed and as a mean
 over seeds with a 95% paired bootstrap interval over test examples; and ``<name>.png``: each method's test metric
 per seed, and the paired differences with their intervals.
 
@@ -23,7 +23,10 @@ as it finishes to ``<out>/<variant>/<method>/lr<lr>/seed<N>/`` (commit them), an
 run again when its run directory is gone, provided the copy was made with the recipe this run would use (its
 recorded recipe, fields it predates at their defaults) and from the same predecessor (the same test predictions, to
 `PREDECESSOR_TOLERANCE`); a copy made with another recipe is run again and replaced.
-Every report of a comparison must come from one predecessor: the tables refuse to pair runs that do not.
+Every report of a comparison must come from one predecessor: the tables refuse to pair runs that do not, and a
+predecessor fine-tuned here that differs from the archived reports' ends the comparison at once. A run directory that
+holds a finished run of another recipe is refused (delete it); a run that fails while its method's rate is tuned
+(a rate that diverges) is left out of the grid, marked failed.
 """
 
 from __future__ import annotations
@@ -76,9 +79,8 @@ def phase_of(method: str) -> str:
 class Comparison:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
-        variant = args.recipe if args.config is None else Path(args.recipe, args.config.stem)
-        self.root = args.runs / variant  # a --config is a variant of the recipe: its runs and archive apart
-        self.archive = args.out / variant
+        self.root = args.runs / self.variant(args)  # a --config is a variant of the recipe: runs and archive apart
+        self.archive = args.out / self.variant(args)
         self.source: Path | None = args.predecessor_from
         self.first_run = threading.Lock()  # held by the run that fine-tunes the shared predecessor
         self.archived_runs: list[str] = []
@@ -93,19 +95,36 @@ class Comparison:
         base = json.loads(self.args.config.read_text()) if self.args.config else {}
         return {**base, **METHODS[method], "replacing": {**base.get("replacing", {}), "lr": lr}}
 
+    @staticmethod
+    def variant(args: argparse.Namespace) -> str:
+        """The folder of the comparison's runs and archive: the recipe, or ``<recipe>/<config stem>``."""
+        return args.recipe if args.config is None else f"{args.recipe}/{args.config.stem}"
+
     def lrs_of(self, method: str) -> list[float]:
         """The learning rates a method is tuned over on the first seed: its pinned one, else ``--lrs``."""
         return [self.args.lr[method]] if method in self.args.lr else self.args.lrs
 
+    def recipe(self, method: str, lr: float, seed: int) -> dict[str, Any]:
+        """The recipe a run of ``method`` at ``lr`` and ``seed`` trains with, as its report records it."""
+        recipe = get_recipe(self.args.recipe).with_overrides({**self.overrides(method, lr), "seed": seed})
+        return json.loads(json.dumps(recipe.to_dict()))
+
     def run(self, method: str, lr: float, seed: int) -> dict[str, Any]:
         name = Path(method, f"lr{lr:g}", f"seed{seed}")
         directory = self.root / name
-        if not (directory / "report.json").exists():
+        finished = directory / "report.json"
+        if finished.exists():
+            if with_defaults(json.loads(finished.read_text())["recipe"]) != self.recipe(method, lr, seed):
+                raise ValueError(
+                    f"{directory} holds a finished run of another recipe than this comparison's (an edited --config "
+                    "or method?): delete it, or give another --runs"
+                )
+        else:
             report = self.archived(method, lr, seed)
             if report is not None:
                 self.archived_runs.append(str(name))
                 return report
-        config = directory.parent / "config.json"
+        config = directory.parent / f"seed{seed}.config.json"  # one per run: runs of one rate may start together
         config.parent.mkdir(parents=True, exist_ok=True)
         config.write_text(json.dumps(self.overrides(method, lr)) + "\n")
         if self.source is None:
@@ -114,6 +133,11 @@ class Comparison:
                     run_seed(self.args.recipe, seed, directory, self.args.threads, config)
                     self.source = directory
                     report = self.keep(directory, name)
+                    if self.reference is not None and not same_predecessor(predecessor_outputs(report), self.reference):
+                        raise ValueError(
+                            f"{directory} fine-tuned a predecessor other than the archived reports' (another machine "
+                            "or library build?): pass --predecessor-from a run of theirs, or give another --out"
+                        )
                     self.reference = self.reference or predecessor_outputs(report)
                     return report
         run_seed(self.args.recipe, seed, directory, self.args.threads, config, self.source)
@@ -133,8 +157,7 @@ class Comparison:
         if not path.exists():
             return None
         report = json.loads(path.read_text())
-        recipe = get_recipe(self.args.recipe).with_overrides({**self.overrides(method, lr), "seed": seed})
-        if with_defaults(report["recipe"]) != json.loads(json.dumps(recipe.to_dict())):
+        if with_defaults(report["recipe"]) != self.recipe(method, lr, seed):
             print(f"compare: {path} was made with another recipe: running it again", file=sys.stderr)
             return None
         if self.reference is None:  # no predecessor yet: the archive's first report names it
@@ -149,13 +172,25 @@ class Comparison:
         pairs = [(method, lr) for method in args.methods for lr in self.lrs_of(method)]
         with ThreadPoolExecutor(args.jobs) as pool:
             tuning = {pair: pool.submit(self.run, *pair, first_seed) for pair in pairs}
-            tuned = {pair: future.result() for pair, future in tuning.items()}
-            chosen = {
-                method: max(
-                    self.lrs_of(method), key=lambda lr, m=method: tuned[(m, lr)]["phases"][phase_of(m)]["best_metric"]
+            tuned: dict[tuple[str, float], dict[str, Any] | None] = {}
+            for pair, future in tuning.items():
+                try:
+                    tuned[pair] = future.result()
+                except RuntimeError as error:  # a rate that diverges is ruled out, not the end of the comparison
+                    print(
+                        f"compare: {pair[0]} at lr {pair[1]:g} failed, left out of its grid: {error}", file=sys.stderr
+                    )
+                    tuned[pair] = None
+            chosen = {}
+            for method in args.methods:
+                finished = [lr for lr in self.lrs_of(method) if tuned[(method, lr)] is not None]
+                if not finished:
+                    raise RuntimeError(
+                        f"{method} failed at every learning rate of its grid; see the logs in {self.root}"
+                    )
+                chosen[method] = max(
+                    finished, key=lambda lr, m=method: tuned[(m, lr)]["phases"][phase_of(m)]["best_metric"]
                 )
-                for method in args.methods
-            }
             seeds = {
                 (method, seed): pool.submit(self.run, method, chosen[method], seed)
                 for method in args.methods
@@ -166,7 +201,9 @@ class Comparison:
                 | {seed: seeds[(method, seed)].result() for seed in args.seeds[1:]}
                 for method in args.methods
             }
-        check_one_predecessor({f"{m} lr={lr:g} seed {first_seed}": report for (m, lr), report in tuned.items()})
+        check_one_predecessor(
+            {f"{m} lr={lr:g} seed {first_seed}": report for (m, lr), report in tuned.items() if report is not None}
+        )
         check_one_predecessor(
             {f"{m} lr={chosen[m]:g} seed {seed}": report for m, by in reports.items() for seed, report in by.items()}
         )
@@ -207,6 +244,17 @@ def check_one_predecessor(reports: dict[str, dict[str, Any]]) -> None:
             f"these runs come from another predecessor than {names[0]}'s and cannot be paired with it: "
             f"{', '.join(others)}; delete their run directories and archived reports, or pass --predecessor-from"
         )
+
+
+def grid_cell(outcome: dict[str, Any], method: str, lr: float) -> str:
+    """The grid table's entry of ``method`` at ``lr``: its best dev metric (bold if chosen), failed, or not run."""
+    if (method, lr) not in outcome["tuning"]:
+        return "—"
+    report = outcome["tuning"][(method, lr)]
+    if report is None:
+        return "failed"
+    best = report["phases"][phase_of(method)]["best_metric"]
+    return f"**{best:.4f}**" if lr == outcome["chosen_lr"][method] else f"{best:.4f}"
 
 
 def method_lr(text: str) -> tuple[str, float]:
@@ -311,31 +359,24 @@ def main(argv: list[str] | None = None) -> None:
         "comparisons": comparisons,
         "reports": {method: {str(seed): r for seed, r in by.items()} for method, by in reports.items()},
         "archived": outcome["archived"],
-        "tuning_dev": {
-            f"{m} lr={lr:g}": r["phases"][phase_of(m)]["best_metric"] for (m, lr), r in outcome["tuning"].items()
+        "tuning_dev": {  # None: the run failed
+            f"{m} lr={lr:g}": None if r is None else r["phases"][phase_of(m)]["best_metric"]
+            for (m, lr), r in outcome["tuning"].items()
         },
     }
     predecessor = first["models"]["predecessor"]["test"][metric]
     grid_lrs = sorted({lr for method, lr in outcome["tuning"]})
-    grid_rows = [
-        [method]
-        + [
-            ("**{:.4f}**" if lr == outcome["chosen_lr"][method] else "{:.4f}").format(
-                outcome["tuning"][(method, lr)]["phases"][phase_of(method)]["best_metric"]
-            )
-            if (method, lr) in outcome["tuning"]
-            else "—"
-            for lr in grid_lrs
-        ]
-        for method in args.methods
-    ]
-    pinned = "".join(f"; {method}'s pinned at {lr:g}" for method, lr in args.lr.items())
+    grid_rows = [[method] + [grid_cell(outcome, method, lr) for lr in grid_lrs] for method in args.methods]
+    tuned = [method for method in args.methods if method not in args.lr]
+    picked = f"{', '.join(tuned)}: learning rate picked on dev (seed {args.seeds[0]}) from {args.lrs}" if tuned else ""
+    pinned = "; ".join([picked] * bool(picked) + [f"{method}'s pinned at {lr:g}" for method, lr in args.lr.items()])
+    variant = Comparison.variant(args)
     archived = outcome["archived"]
     markdown = "\n".join(
         [
-            f"# `{args.recipe}`: Theseus against the alternatives, {len(args.seeds)} seeds\n",
+            f"# `{variant}`: {args.methods[0]} against the alternatives, {len(args.seeds)} seeds\n",
             f"{first['recipe']['description']}. One fine-tuned predecessor for all (test {metric} {predecessor:.4f}); "
-            f"each method's learning rate picked on dev (seed {args.seeds[0]}) from {args.lrs}{pinned}.\n",
+            f"{pinned}.\n",
             markdown_table(["method", "lr", f"test {metric} per seed", "median", "range", "minutes (median)"], rows),
             "\nPaired differences on the same test examples (per seed; mean over seeds with a 95% paired bootstrap "
             "interval over test examples):\n",
@@ -344,7 +385,7 @@ def main(argv: list[str] | None = None) -> None:
             markdown_table(["method"] + [f"lr {lr:g}" for lr in grid_lrs], grid_rows),
             f"\n![per seed and paired differences]({args.name}.png)\n",
             f"\nCommand: `{command}` ({results['seconds'] / 60:.1f} min"
-            + (f"; {len(archived)} runs taken from the archive `{args.recipe}/`" if archived else "")
+            + (f"; {len(archived)} runs taken from the archive `{variant}/`" if archived else "")
             + ").\n",
         ]
     )

@@ -58,6 +58,10 @@ def test_two_comparisons_of_one_budget_or_two_predecessors_are_refused():
     other_predecessor = comparison(1000, {"0": HALF}, {"0": RIGHT}, predecessor=[0.5] * len(LABELS))
     with pytest.raises(ValueError, match="another predecessor"):
         budget.budget_rows([one, other_predecessor], "truncated")
+    other_recipe = comparison(1000, {"0": HALF}, {"0": RIGHT})
+    other_recipe["reports"]["theseus"]["0"]["recipe"]["name"] = "toy-3l"
+    with pytest.raises(ValueError, match="differ in more than their budget"):
+        budget.budget_rows([one, other_recipe], "truncated")
     with pytest.raises(ValueError, match="share no seed"):
         budget.budget_rows([one, comparison(1000, {"1": HALF}, {"1": RIGHT})], "truncated")
 

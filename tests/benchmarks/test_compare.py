@@ -52,6 +52,36 @@ def test_a_pinned_learning_rate_replaces_the_grid_for_its_method_only(tmp_path):
     assert sorted(path.name for path in (tmp_path / "runs" / "toy" / "tiny" / "truncated").iterdir()) == ["lr0.003"]
     assert "truncated's pinned at 0.003" in (tmp_path / "out" / "compare-toy-tiny.md").read_text()
 
+    # the same --config file, edited: its finished run directories are of another recipe now, and are refused
+    config.write_text(json.dumps({**tiny, "steps_to_one": 3, "patience": None, "options": {"num_blocks": 4}}))
+    with pytest.raises(SystemExit, match="holds a finished run of another recipe"):
+        compare.main([*args, "--out", str(tmp_path / "out"), "--jobs", "1"])
+
+
+def test_a_rate_whose_run_fails_is_left_out_of_the_grid(tmp_path, monkeypatch, capsys):
+    config = tmp_path / "tiny.json"
+    tiny = {"predecessor": {"steps": 4, "eval_every": 2}, "replacing": {"steps": 4, "eval_every": 2}}
+    config.write_text(json.dumps({**tiny, "steps_to_one": 2, "patience": None, "options": {"num_blocks": 4}}))
+    run_seed = compare.run_seed
+
+    def diverging_at_high_rates(recipe, seed, out, *args):
+        if "lr0.01" in str(out):
+            raise RuntimeError(f"seed {seed} failed (exit 1)")
+        return run_seed(recipe, seed, out, *args)
+
+    monkeypatch.setattr(compare, "run_seed", diverging_at_high_rates)
+    args = ["--recipe", "toy", "--methods", "theseus", "truncated", "--lrs", "1e-3", "1e-2", "--seeds", "0"]
+    args += ["--config", str(config), "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out")]
+    compare.main([*args, "--jobs", "1"])
+    results = json.loads((tmp_path / "out" / "compare-toy-tiny.json").read_text())
+    assert results["chosen_lr"] == {"theseus": 1e-3, "truncated": 1e-3}
+    assert results["tuning_dev"]["theseus lr=0.01"] is None
+    assert "| theseus | **" in (tmp_path / "out" / "compare-toy-tiny.md").read_text()
+    assert "| failed |" in (tmp_path / "out" / "compare-toy-tiny.md").read_text()
+    assert "theseus at lr 0.01 failed, left out of its grid" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="failed at every learning rate"):
+        compare.main([*args[:-2], "--out", str(tmp_path / "out2"), "--lrs", "1e-2", "--jobs", "1"])
+
 
 @pytest.mark.parametrize(
     ("pin", "message"),
