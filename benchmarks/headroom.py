@@ -1,6 +1,6 @@
 """The headroom scan: how much does truncation cost on each Rotten Tomatoes task and depth?
 
-    python -m benchmarks.headroom [--labels binary five regression] [--layers 3 2 1] [--steps 500]
+    python -m benchmarks.headroom [--labels binary five regression] [--layers 3 2 1] [--steps 500] [--lr 1e-4]
                                   [--jobs 2] [--threads 1] [--runs runs/headroom] [--out benchmarks/results]
 
 A cell where truncated fine-tuning loses less than the test set can resolve can only ever show Theseus losing
@@ -89,6 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--labels", nargs="+", default=["five", "regression", "binary"])
     parser.add_argument("--layers", type=int, nargs="+", default=[3, 2, 1])
     parser.add_argument("--steps", type=int, default=500, help="steps of the truncated baseline")
+    parser.add_argument("--lr", type=float, default=1e-4, help="of the truncated fine-tuning (the scan's: 1e-4)")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--runs", type=Path, default=Path("runs/headroom"))
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
     overrides = {
         "theseus": False,
         "baselines": ["truncated"],
-        "replacing": {"steps": args.steps},
+        "replacing": {"steps": args.steps, "lr": args.lr},
         "steps_to_one": args.steps,
     }
     config.write_text(json.dumps(overrides) + "\n")
