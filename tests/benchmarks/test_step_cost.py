@@ -1,0 +1,39 @@
+"""`benchmarks.step_cost`: each method's step is the trainer's (what it trains, when), timed and tabulated."""
+
+import json
+
+import torch
+
+from benchmarks import step_cost
+from theseus_zoo.recipes import get_recipe
+from theseus_zoo.tasks import build_task
+
+
+def changed(model, before):
+    return {name for name, parameter in model.named_parameters() if not torch.equal(parameter, before[name])}
+
+
+def test_a_step_trains_what_the_trainer_would_and_unfreezing_waits_for_p_one(tmp_path):
+    recipe = get_recipe("toy")
+    task = build_task(recipe.family, recipe.options, recipe.seed)
+    predecessor = task.build_predecessor()
+    batch = task.collate(task.dataset("train")[:8])
+    step, model = step_cost.method_step("theseus+unfreeze-all", "toy", predecessor, batch, tmp_path)
+    before = {name: parameter.detach().clone() for name, parameter in model.named_parameters()}
+    step(0.5)
+    mixed = changed(model, before)
+    assert mixed and all("successor" in name for name in mixed)  # only successors train before p = 1
+    step(1.0)
+    assert changed(model, before) - mixed - {n for n in before if "successor" in n}  # then the rest too
+    step, model = step_cost.method_step("truncated", "toy", predecessor, batch, tmp_path)
+    before = {name: parameter.detach().clone() for name, parameter in model.named_parameters()}
+    step(0.5)
+    assert changed(model, before) == set(before)  # fine-tuning trains every parameter
+
+
+def test_the_command_writes_a_ratio_per_method_and_rate(tmp_path):
+    args = ["--recipe", "toy", "--methods", "theseus", "kd", "--rates", "0.5", "1", "--rounds", "1"]
+    step_cost.main([*args, "--out", str(tmp_path)])
+    results = json.loads((tmp_path / "step-cost-toy.json").read_text())
+    assert results["theseus p=0.5"]["ratio_to_theseus"] == 1.0
+    assert results["kd p=1"]["median_seconds"] > 0
