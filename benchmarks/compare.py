@@ -413,7 +413,7 @@ def plot(
         print("matplotlib is not installed: no plot")
         return
     shown = {method: comparison for method, comparison in comparisons.items() if comparison is not None}
-    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 1.2 + 0.5 * len(methods)), constrained_layout=True)
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 1.6 + 0.5 * len(methods)), constrained_layout=True)
     for row, method in enumerate(methods):
         values = [report["models"][model_of(method)]["test"][metric] for report in reports[method].values()]
         left.scatter(values, [row] * len(values), color=f"C{row}", alpha=0.7)
@@ -422,7 +422,7 @@ def plot(
     left.set_yticks(range(len(methods)), methods)
     left.invert_yaxis()
     left.set_xlabel(f"test {metric} (dots: seeds; bar: median)")
-    left.legend(loc="lower left", fontsize="small")
+    left.legend(loc="best", fontsize="small")
     for row, comparison in enumerate(shown.values()):
         per_seed = list(comparison["per_seed"].values())
         left_error, right_error = comparison["mean"] - comparison["low"], comparison["high"] - comparison["mean"]
@@ -431,7 +431,7 @@ def plot(
     right.axvline(0, color="gray", linewidth=1)
     right.set_yticks(range(len(shown)), [f"{methods[0]} − {method}" for method in shown])
     right.invert_yaxis()
-    right.set_xlabel(f"difference in test {metric} (dots: seeds; mean, 95% paired bootstrap interval)")
+    right.set_xlabel(f"difference in test {metric}\n(dots: seeds; mean with its 95% paired bootstrap interval)")
     figure.savefig(path, dpi=110)
     plt.close(figure)
 
