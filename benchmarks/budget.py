@@ -34,7 +34,7 @@ def budget_rows(comparisons: list[dict[str, Any]], other: str) -> tuple[list[dic
             raise ValueError(f"{results['command']!r} has no {', '.join(sorted(missing))} runs")
     for method in ("theseus", other):
         shapes = {
-            json.dumps(budget_free(next(iter(results["reports"][method].values()))["recipe"]))
+            json.dumps(budget_free(next(iter(results["reports"][method].values()))["recipe"]), sort_keys=True)
             for results in comparisons
         }
         if len(shapes) > 1:
