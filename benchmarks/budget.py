@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from theseus_zoo.recipes import with_defaults
+
 from .compare import check_one_predecessor, merged, model_of
 from .harness import markdown_table, write_report
 from .recipes import paired_comparison
@@ -76,6 +78,7 @@ def budget_rows(comparisons: list[dict[str, Any]], other: str) -> tuple[list[dic
 def budget_free(recipe: dict[str, Any]) -> dict[str, Any]:
     """A recipe without what may differ between budgets: the replacing steps, evaluation interval and learning rate,
     ``steps_to_one`` and the seed."""
+    recipe = with_defaults(recipe)  # a report may predate fields of today's recipes
     replacing = {k: v for k, v in recipe["replacing"].items() if k not in ("steps", "eval_every", "lr")}
     return {**{k: v for k, v in recipe.items() if k not in ("steps_to_one", "seed")}, "replacing": replacing}
 
