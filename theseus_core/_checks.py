@@ -1,4 +1,5 @@
-"""Argument checks shared by the packages of this project (not part of the public API)."""
+"""Argument checks shared by the core and the adapters (not part of the public API; the zoo keeps a
+torch-free copy in ``theseus_zoo._checks``)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from theseus_core._checks import is_int
+from theseus_zoo._checks import is_int
 
 from .splits import check_fractions, quintile_boundaries, stratified_split
 

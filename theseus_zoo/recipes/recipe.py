@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from theseus_core._checks import is_int
+from theseus_zoo._checks import is_int
 
 BASELINES = ("truncated", "pretrained", "scratch", "kd", "direct")
 """Baselines the trainer knows: ``truncated`` fine-tunes the successor-sized model initialised like the

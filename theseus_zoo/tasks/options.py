@@ -17,7 +17,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Literal, TypeVar, Union
 
-from theseus_core._checks import is_int
+from theseus_zoo._checks import is_int
 
 Options = TypeVar("Options")
 
