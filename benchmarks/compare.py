@@ -432,7 +432,7 @@ def plot(
     right.set_yticks(range(len(shown)), [f"{methods[0]} − {method}" for method in shown])
     right.invert_yaxis()
     right.set_xlabel(f"difference in test {metric}\n(dots: seeds; mean with its 95% paired bootstrap interval)")
-    figure.savefig(path, dpi=110)
+    figure.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(figure)
 
 
