@@ -40,7 +40,7 @@ PROMPTS = ("The capital of France is", "Shares in the company rose after", "The 
 
 def measure(task: Any, model: nn.Module, split: str, new_tokens: int) -> dict[str, Any]:
     """Perplexity (with a bootstrap standard error), parameters, prefill and decode speed, greedy generations."""
-    from theseus_zoo.training.trainer import bootstrap_standard_error
+    from theseus_zoo.training.report import bootstrap_standard_error
 
     model.eval()
     started = time.perf_counter()

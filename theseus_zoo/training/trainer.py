@@ -14,7 +14,8 @@ same data order, routes and schedule step:
    ``replacing``, each baseline after its own phase) goes through `Task.refine_`
    and ``refine:<model>``: prediction-layer distillation from the predecessor;
 4. ``report``: test metrics, parameters, size on disk of every model, measured
-   speedup, export, ``report.json`` / ``report.md`` and ``curves.png``.
+   speedup, export, ``report.json`` / ``report.md`` and ``curves.png``
+   (`theseus_zoo.training.report`).
 
 The loop runs on Hugging Face ``accelerate``. Under ``torchrun --nproc_per_node N``
 (gloo on CPUs, nccl on GPUs) every process takes its part of each batch and
@@ -65,6 +66,7 @@ from .optimization import (
     replacing_schedule,
     unfrozen_at_one,
 )
+from .report import markdown_report, paired_comparisons, plot_curves, test_metrics
 from .timing import interleaved_seconds, median_ratio
 
 Loss = Callable[[nn.Module, Any], tuple[torch.Tensor, torch.Tensor]]
@@ -596,7 +598,8 @@ class Run:
         report: dict[str, Any] = {"recipe": self.recipe.to_dict(), "metric": self.task.metric, "models": {}}
         for name, model in models.items():
             model.eval()
-            report["models"][name] = {**self._test(model), "parameters": sum(p.numel() for p in model.parameters())}
+            parameters = sum(p.numel() for p in model.parameters())
+            report["models"][name] = {**test_metrics(self.task, model), "parameters": parameters}
         for name, model in models.items():
             report["models"][name]["size_on_disk_bytes"] = self._size_on_disk(name, model)
         if self.recipe.refine is not None:
@@ -607,7 +610,7 @@ class Run:
         if getattr(self.task, "scores_examples", False):
             report["test_labels"] = [round(float(value), 5) for value in self.task.labels("test")]
             if compact is not None:
-                report["comparisons"] = self._comparisons(report)
+                report["comparisons"] = paired_comparisons(self.task, report)
         small = compact if compact is not None else next(iter(baselines.values()))
         report["speedup"] = self._speedup(predecessor, small)
         report["phases"] = {
@@ -624,41 +627,6 @@ class Run:
             return sum(f.stat().st_size for f in self.task.export(model, self.out / "model"))
         with tempfile.TemporaryDirectory(dir=self.out, prefix=".export-") as scratch:
             return sum(f.stat().st_size for f in self.task.export(model, Path(scratch) / "model"))
-
-    def _comparisons(self, report: dict[str, Any]) -> dict[str, dict[str, float]]:
-        """Theseus minus each other model on the test metric, with a 95% paired bootstrap interval (the same
-        resampled examples for both models)."""
-        theirs = {name: torch.tensor(entry["test_predictions"]) for name, entry in report["models"].items()}
-        comparisons = {}
-        for name in theirs:
-            if name == "theseus":
-                continue
-
-            def difference(chosen: torch.Tensor | None, name: str = name) -> float:
-                score = self.task.score
-                return (
-                    score(theirs["theseus"], "test", chosen)[self.task.metric]
-                    - score(theirs[name], "test", chosen)[self.task.metric]
-                )
-
-            low, high = bootstrap_interval(difference, len(theirs["theseus"]))
-            comparisons[name] = {"difference": difference(None), "low": low, "high": high}
-        return comparisons
-
-    def _test(self, model: nn.Module) -> dict[str, Any]:
-        """``{"test": metrics}``, with ``test_standard_error`` and ``test_predictions`` for tasks that score
-        per-example predictions (`Task.predictions` and `Task.score`)."""
-        if not getattr(self.task, "scores_examples", False):
-            return {"test": self.task.evaluate(model, "test")}
-        predictions = self.task.predictions(model, "test")
-        metrics = self.task.score(predictions, "test")
-        return {
-            "test": metrics,
-            "test_standard_error": bootstrap_standard_error(
-                lambda chosen: self.task.score(predictions, "test", chosen)[self.task.metric], len(predictions)
-            ),
-            "test_predictions": [round(float(value), 5) for value in predictions],
-        }
 
     def _speedup(self, predecessor: nn.Module, compact: nn.Module, repeats: int = 7) -> float:
         """Median per-turn latency ratio, predecessor over successor, eager, on `Task.latency_batch`."""
@@ -739,26 +707,6 @@ def _repair_metrics(metrics: Path, length: int) -> None:
     )
 
 
-def _bootstrap(metric: Callable[[torch.Tensor], float], size: int, resamples: int) -> torch.Tensor:
-    """``metric(indices)`` over ``resamples`` bootstrap resamples of ``size`` examples, from a fixed seed."""
-    generator = torch.Generator().manual_seed(0)
-    return torch.tensor([metric(torch.randint(size, (size,), generator=generator)) for _ in range(resamples)])
-
-
-def bootstrap_standard_error(metric: Callable[[torch.Tensor], float], size: int, resamples: int = 1000) -> float:
-    """The standard deviation of ``metric(indices)`` over bootstrap resamples of ``size`` examples (fixed seed)."""
-    return float(_bootstrap(metric, size, resamples).std())
-
-
-def bootstrap_interval(
-    metric: Callable[[torch.Tensor], float], size: int, resamples: int = 1000, level: float = 0.95
-) -> tuple[float, float]:
-    """The percentile interval of ``metric(indices)`` over bootstrap resamples of ``size`` examples (fixed seed)."""
-    values = _bootstrap(metric, size, resamples)
-    tail = (1 - level) / 2
-    return float(values.quantile(tail)), float(values.quantile(1 - tail))
-
-
 def _finished_predecessor(run: Path, recipe: Recipe, compression_options: tuple[str, ...] = ()) -> dict[str, Any]:
     """The fine-tuned predecessor phase of the run in ``run``, checked to be the one ``recipe`` would train: same
     family, predecessor phase, and options but for ``compression_options`` (those that only shape the successor,
@@ -801,79 +749,3 @@ def _to(batch: Any, device: torch.device) -> Any:
     if isinstance(batch, (tuple, list)):
         return type(batch)(_to(value, device) for value in batch)
     return batch
-
-
-def markdown_report(report: dict[str, Any]) -> str:
-    metric = report["metric"]
-    lines = [
-        f"# Compression report: {report['recipe']['name']}\n",
-        f"{report['recipe']['description']}\n",
-        f"| model | test {metric} | retention | parameters | size on disk (MB) |",
-        "|---|---|---|---|---|",
-    ]
-    for name, entry in report["models"].items():
-        retention = f"{entry['retention_percent']:.1f}%" if entry["retention_percent"] is not None else "n/a"
-        size = f"{entry['size_on_disk_bytes'] / 1e6:.2f}" if "size_on_disk_bytes" in entry else "n/a"
-        lines.append(f"| {name} | {entry['test'][metric]:.4f} | {retention} | {entry['parameters']:,} | {size} |")
-    if report.get("refinement"):
-        lines.append(
-            f"\nEvery compressed model was refined after its phase ({report['refinement']}), then trained on the "
-            f"predecessor's logits in a refine phase of its own."
-        )
-    if any("test_standard_error" in entry for entry in report["models"].values()):
-        errors = ", ".join(f"{name} ±{entry['test_standard_error']:.4f}" for name, entry in report["models"].items())
-        lines.append(f"\nStandard errors of the test {metric} (bootstrap over test examples): {errors}.")
-    for name, comparison in report.get("comparisons", {}).items():
-        difference, low, high = comparison["difference"], comparison["low"], comparison["high"]
-        if low > 0:
-            verdict = "ahead of"
-        elif high < 0:
-            verdict = "behind"
-        else:
-            verdict = "not distinguishable from"
-        lines.append(
-            f"- Theseus is {verdict} {name}: {difference:+.4f} (95% paired bootstrap interval [{low:+.4f}, "
-            f"{high:+.4f}])."
-        )
-    if "theseus" in report["models"]:
-        size = report["models"]["theseus"]["size_on_disk_bytes"]
-        smaller = report["models"]["predecessor"].get("size_on_disk_bytes", size) / size
-        lines.append(
-            f"\nThe exported successor takes {size / 1e6:.2f} MB on disk ({smaller:.1f}× less than the predecessor's "
-            f"export) and runs {report['speedup']:.2f}× as fast as the predecessor (measured, eager, median of "
-            f"per-turn ratios)."
-        )
-    else:
-        lines.append(
-            f"\nNo Theseus run (`theseus: false`); the baselines' model runs {report['speedup']:.2f}× as fast as the "
-            f"predecessor (measured, eager, median of per-turn ratios)."
-        )
-    return "\n".join(lines) + "\n"
-
-
-def plot_curves(metrics_path: Path, png: Path, metric: str) -> None:
-    """The replacing rate and the dev metric over steps, per phase."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    records = [json.loads(line) for line in metrics_path.read_text().splitlines()]
-    figure, (rate_axis, metric_axis) = plt.subplots(2, 1, figsize=(7, 5), sharex=True)
-    for phase in dict.fromkeys(r["phase"] for r in records):
-        rows = [r for r in records if r["phase"] == phase]
-        if "rate" in rows[0]:
-            rate_axis.plot([r["step"] for r in rows], [r["rate"] for r in rows], label=phase)
-        evaluated = [r for r in rows if "dev" in r]
-        metric_axis.plot([r["step"] for r in evaluated], [r["dev"][metric] for r in evaluated], "o-", label=phase)
-    rate_axis.set_ylabel("replacing rate p")
-    rate_axis.set_ylim(-0.05, 1.05)
-    metric_axis.set_ylabel(f"dev {metric}")
-    metric_axis.set_xlabel("optimizer step (within its phase)")
-    for axis in (rate_axis, metric_axis):
-        axis.grid(alpha=0.3)
-        if axis.get_legend_handles_labels()[0]:  # no rate to plot when only baselines trained
-            axis.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(png, dpi=110)
-    plt.close(figure)

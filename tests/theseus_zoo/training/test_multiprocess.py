@@ -17,7 +17,7 @@ import torch
 
 from theseus_zoo import cli
 from theseus_zoo.training import ranks
-from theseus_zoo.training.trainer import markdown_report
+from theseus_zoo.training.report import markdown_report
 
 TINY = {
     "predecessor": {"steps": 10, "eval_every": 5},

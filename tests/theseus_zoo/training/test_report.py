@@ -1,0 +1,92 @@
+"""The report's statistics and text, on fixed predictions (no training): `theseus_zoo.training.report`."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from theseus_zoo.training.report import (
+    bootstrap_interval,
+    bootstrap_standard_error,
+    markdown_report,
+    paired_comparisons,
+)
+
+
+class Labelled:
+    """A task that scores per-example class predictions by accuracy against fixed labels."""
+
+    metric = "accuracy"
+    scores_examples = True
+
+    def __init__(self, labels: list[int]) -> None:
+        self.labels = torch.tensor(labels)
+
+    def score(self, predictions: torch.Tensor, split: str, chosen: torch.Tensor | None = None) -> dict[str, float]:
+        hits = (predictions == self.labels).float()
+        return {"accuracy": float(hits.mean() if chosen is None else hits[chosen].mean())}
+
+
+def _report(**predictions: list[int]) -> dict:
+    return {"models": {name: {"test_predictions": values} for name, values in predictions.items()}}
+
+
+classes = st.lists(st.integers(0, 2), min_size=5, max_size=40)
+
+
+@settings(max_examples=30, deadline=None)
+@given(labels=classes, data=st.data())
+def test_theseus_minus_b_is_minus_b_minus_theseus_on_the_same_resamples(labels, data):
+    ours = data.draw(st.lists(st.integers(0, 2), min_size=len(labels), max_size=len(labels)))
+    theirs = data.draw(st.lists(st.integers(0, 2), min_size=len(labels), max_size=len(labels)))
+    task = Labelled(labels)
+    forward = paired_comparisons(task, _report(theseus=ours, other=theirs))["other"]
+    backward = paired_comparisons(task, _report(theseus=theirs, other=ours))["other"]
+    assert forward["difference"] == pytest.approx(-backward["difference"], abs=1e-12)
+    assert forward["low"] == pytest.approx(-backward["high"], abs=1e-9)
+    assert forward["high"] == pytest.approx(-backward["low"], abs=1e-9)
+    assert forward["low"] <= forward["high"]
+
+
+@settings(max_examples=20, deadline=None)
+@given(labels=classes)
+def test_a_model_against_the_same_predictions_differs_by_exactly_zero(labels):
+    comparison = paired_comparisons(Labelled(labels), _report(theseus=labels, twin=list(labels)))["twin"]
+    assert comparison == {"difference": 0.0, "low": 0.0, "high": 0.0}
+
+
+def test_the_bootstrap_is_repeatable_and_a_constant_metric_has_no_spread():
+    values = torch.arange(50, dtype=torch.float32)
+
+    def mean(chosen: torch.Tensor) -> float:
+        return float(values[chosen].mean())
+
+    assert bootstrap_interval(mean, 50) == bootstrap_interval(mean, 50)
+    assert bootstrap_standard_error(lambda chosen: 0.5, 50) == 0.0
+    assert bootstrap_interval(lambda chosen: 0.5, 50) == (0.5, 0.5)
+    low, high = bootstrap_interval(mean, 50)
+    # The mean of 0..49 has standard deviation 14.4 / sqrt(50) ~ 2.0 over resamples: a 95% interval ~ +-4.
+    assert low < 24.5 < high and 2 < high - low < 12
+    assert math.isclose(bootstrap_standard_error(mean, 50, resamples=2000), 14.43 / 50**0.5, rel_tol=0.15)
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "verdict"),
+    [(0.01, 0.03, "ahead of"), (-0.03, -0.01, "behind"), (-0.01, 0.02, "not distinguishable from")],
+)
+def test_the_verdict_follows_the_interval_not_the_point_estimate(low, high, verdict):
+    model = {"test": {"accuracy": 0.8}, "retention_percent": 100.0, "parameters": 10, "size_on_disk_bytes": 4e6}
+    report = {
+        "recipe": {"name": "r", "description": "d"},
+        "metric": "accuracy",
+        "models": {"predecessor": model, "theseus": {**model, "size_on_disk_bytes": 2e6}},
+        "comparisons": {"baseline:kd": {"difference": 0.005, "low": low, "high": high}},
+        "speedup": 2.0,
+    }
+    text = markdown_report(report)
+    assert f"- Theseus is {verdict} baseline:kd: +0.0050" in text
+    assert "2.00 MB on disk (2.0× less" in text
