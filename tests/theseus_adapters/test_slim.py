@@ -8,7 +8,7 @@ from torch import nn
 
 import theseus_core as th
 from tests.theseus_adapters.test_hf import reload_without_theseus, tokens
-from theseus_adapters import hf
+from theseus_adapters import hf, slim
 
 BERT = {"vocab_size": 64, "hidden_size": 32, "num_attention_heads": 4, "intermediate_size": 48}
 LLAMA = {**BERT, "num_key_value_heads": 2, "max_position_embeddings": 64, "num_hidden_layers": 4}
@@ -74,7 +74,7 @@ def test_finalize_writes_the_slim_sizes_into_the_config(exported):
 def zero_units(layer: nn.Module, neurons: list[int], heads: list[int], head_dim: int) -> None:
     """Silences FFN neurons and heads: their output weights become 0, so the layer computes as without them."""
     with torch.no_grad():
-        layout = hf.slim_layout(layer)
+        layout = slim.slim_layout(layer)
         layer.get_submodule(layout.ffn_out).weight[:, neurons] = 0
         if layout.output is not None:
             for head in heads:
@@ -97,11 +97,11 @@ def test_pruning_drops_the_silent_units_first_so_the_layer_computes_the_same(mak
         kwargs["position_embeddings"] = model.model.rotary_emb(hidden, positions)
     with torch.no_grad():
         expected = layer(hidden, **kwargs)
-        slim = hf.prune_layer_(layer, heads=heads, intermediate_size=40)
-        actual = slim(hidden, **kwargs)
+        pruned = slim.prune_layer_(layer, heads=heads, intermediate_size=40)
+        actual = pruned(hidden, **kwargs)
     expected, actual = (value[0] if isinstance(value, tuple) else value for value in (expected, actual))
     torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-6)
-    assert hf.slim_layout(slim).ffn_out and slim.get_submodule(hf.slim_layout(slim).ffn_out).in_features == 40
+    assert pruned.get_submodule(slim.slim_layout(pruned).ffn_out).in_features == 40
 
 
 @pytest.mark.parametrize(
@@ -114,7 +114,7 @@ def test_pruning_drops_the_silent_units_first_so_the_layer_computes_the_same(mak
         (
             lambda: transformers.GPT2Model(transformers.GPT2Config(n_embd=16, n_layer=4, n_head=2, vocab_size=64)),
             {"intermediate_size": 8},
-            "none of theseus_adapters.hf.SLIM_LAYOUTS",
+            "none of theseus_adapters.slim.SLIM_LAYOUTS",
         ),
     ],
 )
