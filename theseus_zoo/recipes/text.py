@@ -22,7 +22,7 @@ MINILM_ROTTEN_TOMATOES = register_recipe(
 
 # Rotten Tomatoes with headroom (the science issue): binary sentiment at 6 -> 3 costs truncation under a point, so
 # these recipes also grade sentiment (five valence quintiles, or the valence itself) and go deeper (num_layers 2 or
-# 1). Same split for all three (70/10/20: a test set of 2,121 snippets, whose standard error the reports state); the
+# 1). Same split for all three (70/10/20: a test set of 2,120 snippets, whose standard error the reports state); the
 # predecessor is fine-tuned about 3 epochs (700 steps of 32 from 7,400) with linear decay, as in the reference code;
 # the compression budget is 1,000 steps, p = 1 at step 500, at lr 2e-4: the rate a grid of {1e-4, 2e-4, 4e-4} picked
 # on dev for Theseus and truncated fine-tuning alike in the regression 6 -> 2 cell (Theseus' expected rate is scaled
