@@ -1,7 +1,8 @@
 """Result tables of zoo recipes: `theseus compress` over several seeds, medians per model.
 
     python -m benchmarks.recipes --recipe NAME [--seeds 0 1 2] [--jobs 2] [--threads 1] [--config FILE.json]
-                                 [--runs runs/bench] [--out benchmarks/results]
+                                 [--shared-predecessor | --predecessor-from RUN] [--runs runs/bench]
+                                 [--out benchmarks/results]
 
 Each seed runs as its own ``theseus compress`` process in ``<runs>/<recipe>/seed<N>`` (an interrupted
 sweep resumes the runs it left unfinished and keeps the finished ones). ``--jobs`` processes run at
@@ -166,13 +167,21 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="fine-tune the predecessor once (first seed); the other seeds vary compression and baselines only",
     )
+    parser.add_argument(
+        "--predecessor-from",
+        type=Path,
+        help="every seed takes this finished run's predecessor (a recipe with the same predecessor phase and options "
+        "but for the successor's shape, `theseus compress --predecessor-from`)",
+    )
     parser.add_argument("--runs", type=Path, default=Path("runs/bench"))
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args(argv)
+    if args.shared_predecessor and args.predecessor_from is not None:
+        parser.error("--shared-predecessor and --predecessor-from are exclusive: the predecessor comes from one place")
     start = time.perf_counter()
     directory = {seed: args.runs / args.recipe / f"seed{seed}" for seed in args.seeds}
     finished_before = [seed for seed in args.seeds if (directory[seed] / "report.json").exists()]
-    reports, shared = {}, None
+    reports, shared = {}, args.predecessor_from
     if args.shared_predecessor:  # the first seed alone on every thread, then the others from its predecessor
         first = args.seeds[0]
         reports[first] = run_seed(args.recipe, first, directory[first], args.jobs * args.threads, args.config)
@@ -224,6 +233,8 @@ def main(argv: list[str] | None = None) -> None:
             *(
                 [f"The predecessor was fine-tuned once (seed {args.seeds[0]}); seeds vary compression and baselines.\n"]
                 if args.shared_predecessor
+                else [f"Every seed took the predecessor of `{args.predecessor_from}`.\n"]
+                if args.predecessor_from is not None
                 else []
             ),
             markdown_table(

@@ -81,6 +81,31 @@ class Task(Protocol):
         """Writes the compact model in the family's ordinary format; returns the files written."""
 
 
+class ScoresAccuracy:
+    """For a task whose metric is the accuracy of per-example class ids: ``scores_examples``, `score` and
+    `evaluate` from the task's own ``predictions(model, split)`` and ``labels(split)`` (the optional half of
+    `Task`)."""
+
+    metric = "accuracy"
+    scores_examples = True
+
+    def predictions(self, model: nn.Module, split: str) -> torch.Tensor:
+        raise NotImplementedError
+
+    def labels(self, split: str) -> torch.Tensor:
+        raise NotImplementedError
+
+    def score(self, predictions: torch.Tensor, split: str, chosen: torch.Tensor | None = None) -> dict[str, float]:
+        """The accuracy of ``predictions`` on the split (on the examples ``chosen``, repeats allowed, when given)."""
+        labels = self.labels(split)
+        if chosen is not None:
+            predictions, labels = predictions[chosen], labels[chosen]
+        return {"accuracy": (predictions == labels).float().mean().item()}
+
+    def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
+        return self.score(self.predictions(model, split), split)
+
+
 _FAMILIES: dict[str, Callable[[dict[str, Any], int], Task]] = {}
 
 BUILT_IN_FAMILIES = {

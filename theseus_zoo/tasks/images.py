@@ -75,6 +75,7 @@ from ..data.fashion_mnist import (
     read_fashion_mnist,
     to_inputs,
 )
+from . import ScoresAccuracy
 from .options import parse_options
 
 ARCHITECTURES = {  # torchvision constructor -> (residual block class, blocks per stage)
@@ -169,11 +170,11 @@ class ResNetOptions:
     successor: Literal["mobilenet_v2", "shufflenet_v2", "depthwise_separable"] | None = None
 
 
-class ResNetTask:
+class ResNetTask(ScoresAccuracy):
     """`Task` for torchvision ResNets on Fashion-MNIST (the module docstring gives inputs, splits and cost); options
     in `ResNetOptions`."""
 
-    metric = "accuracy"
+    compression_options = ("blocks", "init", "successor")  # `--predecessor-from` takes any of them alike
 
     def __init__(self, options: dict[str, Any], seed: int) -> None:
         parsed = parse_options(ResNetOptions, options, "resnet")
@@ -273,17 +274,22 @@ class ResNetTask:
         # predecessor blocks'): nothing to do here after the trainer's model.train().
         return model(batch[0])
 
+    # Per-example predictions (`ScoresAccuracy`): reports carry bootstrap standard errors and paired comparisons,
+    # also across the recipes that share a predecessor, whose test sets are the same fixed images.
     @torch.no_grad()
-    def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
+    def predictions(self, model: nn.Module, split: str) -> torch.Tensor:
+        """The predicted class of every image of the split (float, in the split's order)."""
         model.eval()
         data, device = self.dataset(split), next(model.parameters()).device
-        correct = 0
+        predicted = []
         for start in range(0, len(data), EVAL_BATCH):
             # channels_last inputs: 1.2-1.5x faster eval forward on the CPU (oneDNN), same architecture
             inputs = to_inputs(data.images[start : start + EVAL_BATCH]).to(device, memory_format=torch.channels_last)
-            predictions = model(inputs).argmax(dim=1).cpu()
-            correct += int((predictions == data.labels[start : start + EVAL_BATCH]).sum())
-        return {"accuracy": correct / len(data)}
+            predicted.append(model(inputs).argmax(dim=1).cpu())
+        return torch.cat(predicted).float()
+
+    def labels(self, split: str) -> torch.Tensor:
+        return self.dataset(split).labels.float()
 
     def latency_batch(self) -> torch.Tensor:
         return to_inputs(self.dataset("test").images[:LATENCY_BATCH])

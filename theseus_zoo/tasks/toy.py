@@ -22,6 +22,7 @@ from torch import nn
 import theseus_core as th
 from theseus_core.testing import ToyStack
 
+from . import ScoresAccuracy
 from .options import parse_options
 
 NUM_FEATURES, NUM_CLASSES = 16, 4
@@ -55,10 +56,9 @@ class ToyOptions:
     dropout: float = field(default=0.1, metadata={"min": 0, "max": 1})
 
 
-class ToyTask:
+class ToyTask(ScoresAccuracy):
     """`Task` for `ToyStack` predecessors; options in `ToyOptions`."""
 
-    metric = "accuracy"
     compression_options = ("num_layers", "group_sizes")
 
     def __init__(self, options: dict[str, Any], seed: int) -> None:
@@ -101,8 +101,6 @@ class ToyTask:
     def logits(self, model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         return model(batch[0])
 
-    scores_examples = True
-
     @torch.no_grad()
     def predictions(self, model: nn.Module, split: str) -> torch.Tensor:
         """The predicted class of every example of the split."""
@@ -114,15 +112,6 @@ class ToyTask:
         if split not in self._labels:  # scored a thousand times over by the bootstrap: built once
             self._labels[split] = self.collate(self.data[split])[1].float()
         return self._labels[split]
-
-    def score(self, predictions: torch.Tensor, split: str, chosen: torch.Tensor | None = None) -> dict[str, float]:
-        labels = self.labels(split)
-        if chosen is not None:
-            predictions, labels = predictions[chosen], labels[chosen]
-        return {"accuracy": (predictions == labels).float().mean().item()}
-
-    def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
-        return self.score(self.predictions(model, split), split)
 
     def plan(self, model: nn.Module) -> th.Plan:
         if self.group_sizes is not None:

@@ -15,7 +15,7 @@ import theseus_core as th
 from theseus_zoo import cli
 from theseus_zoo.data import fashion_mnist
 from theseus_zoo.tasks import images
-from theseus_zoo.training import trainer
+from theseus_zoo.training import run_directory, trainer
 
 NUM_TRAIN, NUM_TEST = 64, 20
 TINY = {
@@ -127,6 +127,10 @@ def test_compress_exports_a_torchvision_resnet18_and_keeps_frozen_batch_norm_sta
     resnet18_parameters = sum(p.numel() for p in torchvision.models.resnet18(num_classes=10).parameters())
     assert {report["models"][name]["parameters"] for name in ["theseus", *baselines]} == {resnet18_parameters}
     assert report["speedup"] > 0
+    # Per-image predictions, so that runs sharing the test set pair their differences (also across recipes)
+    assert report["test_labels"] == images.ResNetTask({"dev_size": 16}, seed=0).labels("test").tolist()
+    assert all(len(entry["test_predictions"]) == NUM_TEST for entry in report["models"].values())
+    assert set(report["comparisons"]) == {"predecessor", *baselines}
 
     assert json.loads((out / "model" / "config.json").read_text())["constructor"] == "resnet18"
     exported = torchvision.models.resnet18(num_classes=10)
@@ -230,3 +234,28 @@ def test_heterogeneous_successors_export_a_model_that_rebuilds_without_theseus(f
     task = images.ResNetTask({**TINY["options"], "successor": "mobilenet_v2"}, seed=0)
     task.check()
     assert task.evaluate(exported, "test")["accuracy"] == report["models"]["theseus"]["test"]["accuracy"]
+
+
+@pytest.mark.parametrize(
+    ("change", "shared"),
+    [
+        ({"successor": "shufflenet_v2"}, True),
+        ({"blocks": [1, 1, 1, 1], "init": "last"}, True),
+        ({"dev_size": 17}, False),
+        ({"architecture": "resnet50"}, False),
+    ],
+)
+def test_recipes_that_differ_only_in_the_successor_share_a_predecessor(change, shared, tmp_path):
+    from theseus_zoo.recipes import get_recipe
+    from theseus_zoo.training.checkpoints import write_checkpoint
+
+    base = get_recipe("resnet-fashion-mnist-converged")
+    write_checkpoint({"recipe": base.to_dict(), "done": {"predecessor": {"steps": 1}}}, tmp_path / "checkpoint.pt")
+    other = base.with_overrides({"options": {**base.options, **change}})
+    if shared:
+        assert run_directory.finished_predecessor(tmp_path, other, images.ResNetTask.compression_options) == {
+            "steps": 1
+        }
+    else:
+        with pytest.raises(run_directory.RunError, match="has another options"):
+            run_directory.finished_predecessor(tmp_path, other, images.ResNetTask.compression_options)

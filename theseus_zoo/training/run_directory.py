@@ -1,0 +1,116 @@
+"""A run's directory: its checkpoint's name, the lock that keeps a second writer out, the checks and repairs done
+before a run writes there, and the finished predecessor another run may take from it (``--predecessor-from``).
+
+`RunError` is the one error every bad input of a run raises (the cli prints it in one line); it lives here, where
+most of them are found, and `theseus_zoo.training.trainer` re-exports it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..recipes import Recipe
+from .checkpoints import read_checkpoint
+
+CHECKPOINT = "checkpoint.pt"
+
+
+class RunError(ValueError):
+    """Bad input for a run, found before any training; the message says what to do.
+
+    In a multi-process run, ``on_every_rank`` marks an error every rank raises at once (`Run._together`): only
+    rank 0's is printed (the others are ``quiet``), and the ranks leave together (`ranks.leave`)."""
+
+    def __init__(self, message: str, *, on_every_rank: bool = False, quiet: bool = False) -> None:
+        super().__init__(message)
+        self.on_every_rank, self.quiet = on_every_rank, quiet
+
+
+class RunLock:
+    """``<out>/.lock`` holds the pid of the process writing there: a second writer is refused, naming the first;
+    a lock left by a process that no longer runs is taken over."""
+
+    def __init__(self, out: Path) -> None:
+        self.path = out / ".lock"
+        for _ in range(2):
+            try:
+                descriptor = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                owner = self.path.read_text().strip()
+                if owner.isdigit() and _alive(int(owner)) and int(owner) != os.getpid():
+                    raise RunError(
+                        f"{out} is being written by another theseus process (pid {owner}); wait for it, or stop it"
+                    ) from None
+                self.path.unlink(missing_ok=True)  # stale: its process is gone
+                continue
+            with os.fdopen(descriptor, "w") as stream:
+                stream.write(f"{os.getpid()}\n")
+            return
+        raise RunError(f"cannot take the lock {self.path}")
+
+    def release(self) -> None:
+        if self.path.exists() and self.path.read_text().strip() == str(os.getpid()):
+            self.path.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def check_writable(out: Path) -> None:
+    """Refuses an ``--out`` that is a file or lies where nothing can be written, before any work."""
+    if out.exists() and not out.is_dir():
+        raise RunError(f"--out {out} is a file; give a directory")
+    existing = next((parent for parent in [out, *out.parents] if parent.exists()), Path("."))
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise RunError(f"--out {out}: cannot write in {existing}")
+
+
+def repair_metrics(metrics: Path, length: int) -> None:
+    """Cuts ``metrics.jsonl`` to what the checkpoint had logged (later lines come again), or, if the file is shorter
+    than that (damaged), to its last complete line, never padding it; says so on stderr."""
+    if not metrics.exists():
+        print(f"theseus: warning: {metrics} is missing; the resumed run logs only what comes next", file=sys.stderr)
+        return
+    size = metrics.stat().st_size
+    if size >= length:
+        os.truncate(metrics, length)
+        return
+    data = metrics.read_bytes()
+    keep = data.rfind(b"\n") + 1
+    os.truncate(metrics, keep)
+    print(
+        f"theseus: warning: {metrics} is shorter than the checkpoint's record ({size} < {length} bytes): cut to its "
+        f"last complete line; lines in between are lost",
+        file=sys.stderr,
+    )
+
+
+def finished_predecessor(run: Path, recipe: Recipe, compression_options: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The fine-tuned predecessor phase of the run in ``run``, checked to be the one ``recipe`` would train: same
+    family, predecessor phase, and options but for ``compression_options`` (those that only shape the successor,
+    `Task.compression_options`)."""
+    if not (run / CHECKPOINT).exists():
+        raise RunError(f"--predecessor-from: no {CHECKPOINT} in {run}")
+    state = read_checkpoint(run / CHECKPOINT)
+    if "predecessor" not in state["done"]:
+        raise RunError(f"--predecessor-from: the run in {run} has not finished fine-tuning its predecessor")
+    theirs, ours = state["recipe"], recipe.to_dict()
+    for side in (theirs, ours):
+        side["options"] = {k: v for k, v in side["options"].items() if k not in compression_options}
+    differing = [key for key in ("family", "options", "predecessor") if theirs[key] != ours[key]]
+    if differing:
+        raise RunError(
+            f"--predecessor-from: the run in {run} has another {', '.join(differing)}; its predecessor "
+            f"is not the one this recipe trains"
+        )
+    return state["done"]["predecessor"]
