@@ -189,7 +189,7 @@ def test_bad_options_are_refused_with_what_to_do(tiny_model, corpus):
 
 def test_the_smollm2_recipes_are_valid_for_a_30_layer_model():
     assert {recipe.name for recipe in causal_lm_recipes.SMOLLM2_RECIPES.values()} == {
-        f"smollm2-30to{layers}{suffix}" for layers in (15, 20) for suffix in ("", "-shortgpt", "-streamline")
+        f"smollm2-30to{layers}{suffix}" for layers in (15, 20) for suffix in ("", "-kd", "-shortgpt", "-streamline")
     }
     for recipe in causal_lm_recipes.SMOLLM2_RECIPES.values():
         parsed = parse_options(CausalLMOptions, recipe.options, "causal_lm")
@@ -197,6 +197,9 @@ def test_the_smollm2_recipes_are_valid_for_a_30_layer_model():
         assert recipe.predecessor is None and recipe.family == "causal_lm"
     main, shortgpt = get_recipe("smollm2-30to15"), get_recipe("smollm2-30to15-shortgpt")
     assert shortgpt.replacing == main.replacing and not shortgpt.theseus and shortgpt.baselines == ("truncated",)
+    kd = get_recipe("smollm2-30to15-kd")  # the main recipe's layers and steps, its own process (the CPU budget)
+    assert kd.options == main.options and kd.replacing == main.replacing and not kd.theseus and kd.baselines == ("kd",)
+    assert main.baselines == ("truncated",)
     for recipe in causal_lm_recipes.SMOLLM2_INFLUENCE.values():
         assert parse_options(CausalLMOptions, recipe.options, "causal_lm").groups == "block_influence"
         assert recipe.replacing == main.replacing and recipe.theseus and not recipe.baselines
