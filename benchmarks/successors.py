@@ -34,11 +34,12 @@ from .recipes import paired_comparison
 
 
 def model_label(recipe: dict[str, Any], name: str) -> str:
-    """A model's name in the merged table: Theseus models carry their successor kind, baselines keep theirs."""
-    if name != "theseus":
+    """A model's name in the merged table: the predecessor's and the baselines' of the predecessor's block type as
+    they are; Theseus' and the baselines' of a heterogeneous recipe with their successor kind."""
+    kind = recipe["options"].get("successor")
+    if name == "predecessor" or (kind is None and name != "theseus"):
         return name
-    kind = recipe["options"].get("successor") or "same block"
-    return f"theseus ({kind})"
+    return f"{name} ({kind or 'same block'})"
 
 
 def merge_seed(reports: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -83,7 +84,7 @@ def architectures(runs: dict[str, Path]) -> dict[str, nn.Module]:
                 continue
             if name == "predecessor":
                 models[label] = images.build_resnet(block, layers)
-            elif name == "theseus":
+            elif name == "theseus" or options.get("successor"):  # a heterogeneous recipe's models are all alike
                 models[label] = images.load_exported(run / "model")
             else:  # the ResNet baselines keep the predecessor's block type at the successor's depth
                 models[label] = images.build_resnet(block, options.get("blocks", (2, 2, 2, 2)))

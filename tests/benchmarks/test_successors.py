@@ -24,7 +24,10 @@ def report(successor, theseus_right, baselines=None, predecessor_right=190, size
 
 def test_merging_names_each_theseus_by_its_successor_and_keeps_the_baselines():
     merged = successors.merge_seed(
-        {"plain": report(None, 180, {"truncated": 170, "kd": 175}), "mobile": report("mobilenet_v2", 172)}
+        {
+            "plain": report(None, 180, {"truncated": 170, "kd": 175}),
+            "mobile": report("mobilenet_v2", 172, {"truncated": 160}),
+        }
     )
     assert list(merged["models"]) == [
         "predecessor",
@@ -32,6 +35,7 @@ def test_merging_names_each_theseus_by_its_successor_and_keeps_the_baselines():
         "baseline:truncated",
         "baseline:kd",
         "theseus (mobilenet_v2)",
+        "baseline:truncated (mobilenet_v2)",
     ]
     assert merged["models"]["theseus (mobilenet_v2)"]["test"]["accuracy"] == 172 / 200
     comparison = recipes.paired_comparison({0: merged}, "theseus (mobilenet_v2)", "baseline:truncated")

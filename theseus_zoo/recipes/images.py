@@ -51,21 +51,22 @@ two epochs (1,812 steps of 64 of the 58,000 training images; lr 1e-3 decaying li
 this recipe and the heterogeneous ones below, so one run's predecessor serves them all (``--predecessor-from``)."""
 
 # Heterogeneous successors (the registry issue): each group of BasicBlocks replaced by one block of another kind, on
-# the converged recipe's predecessor and phases. No baselines of their own: the ResNet-18-shaped ones of
-# resnet-fashion-mnist-converged, trained from the same predecessor, are what they compare with
-# (`benchmarks.successors`).
+# the converged recipe's predecessor and phases. Their baselines train the same light architecture (the predecessor's
+# stem and head, new blocks: `ResNetTask.truncated`) without the curriculum, and with KD; the ResNet-18-shaped models
+# of resnet-fashion-mnist-converged, trained from the same predecessor, join them in `benchmarks.successors`.
 HETEROGENEOUS_FASHION_MNIST = {
     kind: register_recipe(
         Recipe(
             name=f"resnet-fashion-mnist-{kind.replace('_', '-')}",
             family="resnet",
             description=f"ResNet-34 -> 8 {kind} blocks (groups of BasicBlocks replaced by another kind of block) on "
-            "Fashion-MNIST; the phases of resnet-fashion-mnist-converged, whose baselines it compares with",
+            "Fashion-MNIST, against the same architecture trained directly and by KD; the phases of "
+            "resnet-fashion-mnist-converged",
             options={**RESNET_FASHION_MNIST_CONVERGED.options, "successor": kind},
             predecessor=RESNET_FASHION_MNIST_CONVERGED.predecessor,
             replacing=RESNET_FASHION_MNIST_CONVERGED.replacing,
             steps_to_one=RESNET_FASHION_MNIST_CONVERGED.steps_to_one,
-            baselines=(),
+            baselines=("truncated", "kd"),
         )
     )
     for kind in ("mobilenet_v2", "shufflenet_v2")

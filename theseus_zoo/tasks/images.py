@@ -154,7 +154,8 @@ class ResNetOptions:
             defaults to ``$THESEUS_CACHE/torchvision``). (default: ``"asset"``)
         successor: Heterogeneous successors, registered in `theseus_adapters.resnet`: ``"mobilenet_v2"`` (an
             inverted residual), ``"shufflenet_v2"`` or ``"depthwise_separable"`` replace each group of blocks
-            (the baselines keep the predecessor's block type); ``None`` is a block of the predecessor's type.
+            (the baselines train the same architecture, `ResNetTask.truncated`); ``None`` is a block of the
+            predecessor's type.
             (default: ``None``)
     """
 
@@ -246,13 +247,21 @@ class ResNetTask(ScoresAccuracy):
     def truncated(self, predecessor: nn.Module) -> nn.Module:
         """A copy of the predecessor keeping the first ``blocks[i]`` blocks of stage ``i``: the successor's
         architecture as `resnet.plan` with ``init="first"`` initialises it (stem, head and the stages' bottom
-        blocks, whose first keeps the stage's downsampling)."""
+        blocks, whose first keeps the stage's downsampling). With heterogeneous successors, which no predecessor
+        block can start: the successor model as the plan builds it, untrained (the predecessor's stem and head, new
+        blocks of the other kind), so that the baselines train the very architecture Theseus exports."""
+        if self.successor is not None:
+            model = copy.deepcopy(predecessor)
+            return th.replace_(model, self.plan(model)).finalize()
         model = copy.deepcopy(predecessor)
         for name, count in zip(resnet.stage_names(model), self.blocks, strict=True):
             setattr(model, name, getattr(model, name)[:count])
         return model
 
     def scratch(self) -> nn.Module:
+        """The successor's architecture, every weight random (heterogeneous successors included)."""
+        if self.successor is not None:
+            return self.truncated(self.build_predecessor())
         return build_resnet(self.successor_block, self.blocks)
 
     # -------------------------------------------------------------- data, loss

@@ -226,8 +226,11 @@ def test_heterogeneous_successors_export_a_model_that_rebuilds_without_theseus(f
     assert cli.main([*args, "--no-progress"]) == 0
     report = json.loads((out / "report.json").read_text())
     resnet18_parameters = sum(p.numel() for p in torchvision.models.resnet18(num_classes=10).parameters())
-    assert report["models"]["theseus"]["parameters"] < resnet18_parameters  # the baselines stay resnet18-shaped
-    assert report["models"]["baseline:truncated"]["parameters"] == resnet18_parameters
+    assert report["models"]["theseus"]["parameters"] < resnet18_parameters
+    baselines = [name for name in report["models"] if name.startswith("baseline:")]
+    assert baselines and {report["models"][name]["parameters"] for name in baselines} == {
+        report["models"]["theseus"]["parameters"]  # every baseline trains the light architecture too
+    }
     exported = images.load_exported(out / "model")
     assert sum(p.numel() for p in exported.parameters()) == report["models"]["theseus"]["parameters"]
     assert {type(block).__name__ for block in exported.layer2} == {"InvertedResidual"}
@@ -259,3 +262,16 @@ def test_recipes_that_differ_only_in_the_successor_share_a_predecessor(change, s
     else:
         with pytest.raises(run_directory.RunError, match="has another options"):
             run_directory.finished_predecessor(tmp_path, other, images.ResNetTask.compression_options)
+
+
+def test_heterogeneous_baselines_train_the_architecture_theseus_exports(fake_cache):
+    task = images.ResNetTask({"successor": "shufflenet_v2"}, seed=0)
+    predecessor = task.build_predecessor()
+    model = copy.deepcopy(predecessor)
+    theseus_init = th.replace_(model, task.plan(model)).finalize().state_dict()
+    truncated = task.truncated(predecessor).state_dict()
+    assert {key: value.shape for key, value in truncated.items()} == {k: v.shape for k, v in theseus_init.items()}
+    stem_and_head = [key for key in truncated if key.startswith(("conv1.", "bn1.", "fc."))]
+    assert stem_and_head and all(torch.equal(truncated[key], predecessor.state_dict()[key]) for key in stem_and_head)
+    scratch = task.scratch().state_dict()
+    assert scratch.keys() == truncated.keys() and not torch.equal(scratch["conv1.weight"], truncated["conv1.weight"])
