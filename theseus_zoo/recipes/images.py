@@ -37,7 +37,7 @@ RESNET_FASHION_MNIST_CONVERGED = register_recipe(
         name="resnet-fashion-mnist-converged",
         family="resnet",
         description="ResNet-34 -> ResNet-18 on Fashion-MNIST, the predecessor trained 2 epochs as its lr decays to 0 "
-        "(~17 CPU-minutes once, shareable), then 600 steps per model (CPU)",
+        "(~15 CPU-minutes once, shareable), then 600 steps per model (CPU)",
         options={"architecture": "resnet34", "blocks": (2, 2, 2, 2), "dev_size": 1000, "test_size": 5000},
         predecessor=Phase(steps=1812, lr=1e-3, batch_size=64, eval_every=302),
         replacing=Phase(steps=600, lr=3e-4, batch_size=64, eval_every=150),
@@ -48,7 +48,7 @@ RESNET_FASHION_MNIST_CONVERGED = register_recipe(
 """The ResNet comparison on a predecessor trained until its schedule ends, sized for two CPU cores: the predecessor
 sees two epochs (1,812 steps of 64 of the 58,000 training images; lr 1e-3 decaying linearly to 0), each compressed
 model 600 steps (0.66 of an epoch; lr 3e-4, the GPU recipe's, p = 1 at step 300). Measured (seed 0, one thread):
-the predecessor's dev accuracy rose 3.5, 2.5, 2.2, 1.7 and 0.7 points per 302 steps to 0.903 (test 0.906), in 17
+the predecessor's dev accuracy rose 3.5, 2.5, 2.2, 1.7 and 0.7 points per 302 steps to 0.903 (test 0.906), in 15
 minutes: near the end of what this schedule gives, not shown to be the best a ResNet-34 reaches here (a longer
 schedule was not run). The predecessor phase is the same for this recipe and the heterogeneous ones below, so one
 run's predecessor serves them all (``--predecessor-from``)."""
