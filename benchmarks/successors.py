@@ -101,12 +101,19 @@ def multiply_adds(model: nn.Module, inputs: torch.Tensor) -> int:
     return counter.get_total_flops() // 2
 
 
-def speedups(models: dict[str, nn.Module], batch: torch.Tensor, repeats: int = 9) -> dict[str, float]:
-    """Each model's measured speed as a multiple of the predecessor's (eager, turns taken in a row)."""
+def speedups(models: dict[str, nn.Module], batch: torch.Tensor, repeats: int = 15) -> dict[str, float]:
+    """Each model's measured speed as a multiple of the predecessor's (eager, turns taken in a row). Models of the
+    same architecture (the same module tree) are timed once and share the number, so that noise cannot tell them
+    apart."""
+    architectures: dict[str, str] = {}  # module tree -> the first label that has it
+    for label, model in models.items():
+        architectures.setdefault(str(model), label)
     with torch.no_grad():
-        runs = {label: (lambda model=model: model(batch)) for label, model in models.items()}
+        runs = {label: (lambda model=models[label]: model(batch)) for label in architectures.values()}
         times = interleaved_seconds(runs, warmup=2, repeats=repeats, device=batch.device)
-    return {label: median_ratio(times["predecessor"], times[label]) for label in models}
+    return {
+        label: median_ratio(times["predecessor"], times[architectures[str(model)]]) for label, model in models.items()
+    }
 
 
 def plot(summary: dict[str, Any], path: Path) -> None:
@@ -138,7 +145,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=Path, default=Path("runs/bench"))
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     parser.add_argument("--name", help="the results' file name (default: the first recipe's)")
+    parser.add_argument("--threads", type=int, default=1, help="intra-op threads while timing (default: 1)")
     args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
     runs = {(recipe, seed): args.runs / recipe / f"seed{seed}" for recipe in args.recipes for seed in args.seeds}
     missing = [str(run) for run in runs.values() if not (run / "report.json").exists()]
     if missing:
@@ -175,11 +184,16 @@ def main(argv: list[str] | None = None) -> None:
             "multiply_adds": multiply_adds(models[label], one_image),
             "speedup": measured[label],
         }
-    for label in first["models"]:
+    labels = list(first["models"])
+    for index, label in enumerate(labels):  # each Theseus model against every other model, each pair once
         if not label.startswith("theseus"):
             continue
-        for other in first["models"]:
-            if other != label and (comparison := paired_comparison(merged, label, other)) is not None:
+        for other in labels:
+            once = not other.startswith("theseus") or labels.index(other) > index
+            comparison = (
+                paired_comparison(merged, label, other) if other not in (label, "predecessor") and once else None
+            )
+            if comparison is not None:
                 summary["comparisons"][f"{label} − {other}"] = comparison
     name = args.name or args.recipes[0]
     command = "python -m benchmarks.successors " + shlex.join(sys.argv[1:] if argv is None else argv)
@@ -202,7 +216,6 @@ def main(argv: list[str] | None = None) -> None:
             f"[{100 * comparison['low']:+.1f}, {100 * comparison['high']:+.1f}]",
         ]
         for pair, comparison in summary["comparisons"].items()
-        if not pair.endswith("− predecessor")
     ]
     markdown = "\n".join(
         [

@@ -66,3 +66,10 @@ def test_missing_runs_are_named_before_anything_is_measured(tmp_path, capsys):
     with pytest.raises(SystemExit):
         successors.main(["--recipes", "a", "b", "--seeds", "0", "--runs", str(tmp_path)])
     assert "no finished run (report.json) in" in capsys.readouterr().err
+
+
+def test_models_of_one_architecture_share_one_timing():
+    torch.manual_seed(0)
+    models = {"predecessor": nn.Linear(64, 64), "a": nn.Linear(64, 8), "b": nn.Linear(64, 8), "c": nn.Linear(64, 4)}
+    measured = successors.speedups(models, torch.zeros(16, 64), repeats=3)
+    assert measured["predecessor"] == 1.0 and measured["a"] == measured["b"] and set(measured) == set(models)
