@@ -28,8 +28,13 @@ from .harness import environment, markdown_table, write_report
 PREDECESSOR_TOLERANCE = 1e-4
 
 
+def report_file(path: Path) -> Path:
+    """``path`` itself, or the ``report.json`` in it when it is a run directory."""
+    return path / "report.json" if path.is_dir() else path
+
+
 def read_report(path: Path) -> dict[str, Any]:
-    return json.loads((path / "report.json" if path.is_dir() else path).read_text())
+    return json.loads(report_file(path).read_text())
 
 
 def per_sequence_nll(report: dict[str, Any], model: str, source: Path) -> np.ndarray:
@@ -94,9 +99,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if len(args.a) != len(args.b):
         parser.error(f"--a names {len(args.a)} runs and --b {len(args.b)}: pair them one seed each")
-    missing = [
-        str(path) for path in [*args.a, *args.b] if not (path / "report.json" if path.is_dir() else path).exists()
-    ]
+    missing = [str(path) for path in [*args.a, *args.b] if not report_file(path).exists()]
     if missing:
         parser.error(f"no report in {', '.join(missing)}")
     try:

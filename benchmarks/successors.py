@@ -68,14 +68,14 @@ def merge_seed(reports: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return merged
 
 
-def architectures(runs: dict[str, Path]) -> dict[str, nn.Module]:
-    """Each model's architecture in eval mode: Theseus' as exported (`images.load_exported`), the baselines' and the
-    predecessor's rebuilt from the recipe's options (their weights do not matter for counting and timing)."""
+def architectures(runs: dict[Path, dict[str, Any]]) -> dict[str, nn.Module]:
+    """Each model's architecture in eval mode, from finished runs (run directory -> its report): Theseus' as exported
+    (`images.load_exported`), the baselines' and the predecessor's rebuilt from the recipe's options (their weights
+    do not matter for counting and timing)."""
     from theseus_zoo.tasks import images
 
     models: dict[str, nn.Module] = {}
-    for run in runs.values():
-        report = json.loads((run / "report.json").read_text())
+    for run, report in runs.items():
         options = report["recipe"]["options"]
         block, layers = images.ARCHITECTURES[options.get("architecture", "resnet34")]
         for name in report["models"]:
@@ -152,21 +152,22 @@ def main(argv: list[str] | None = None) -> None:
     missing = [str(run) for run in runs.values() if not (run / "report.json").exists()]
     if missing:
         parser.error(f"no finished run (report.json) in {', '.join(missing)}: run benchmarks.recipes first")
+    reports = {key: json.loads((run / "report.json").read_text()) for key, run in runs.items()}
     for recipe in args.recipes:
-        family = json.loads((runs[recipe, args.seeds[0]] / "report.json").read_text())["recipe"]["family"]
+        family = reports[recipe, args.seeds[0]]["recipe"]["family"]
         if family != "resnet":
             parser.error(f"{recipe} is a {family} recipe; the architectures are rebuilt for resnet recipes only")
     merged = {}
     for seed in args.seeds:
-        reports = {recipe: json.loads((runs[recipe, seed] / "report.json").read_text()) for recipe in args.recipes}
         try:
-            merged[seed] = merge_seed(reports)
+            merged[seed] = merge_seed({recipe: reports[recipe, seed] for recipe in args.recipes})
         except ValueError as error:
             parser.error(f"seed {seed}: {error}")
 
     from theseus_zoo.tasks import images
 
-    models = architectures({recipe: runs[recipe, args.seeds[0]] for recipe in args.recipes})
+    first_seed = [(recipe, args.seeds[0]) for recipe in args.recipes]
+    models = architectures({runs[key]: reports[key] for key in first_seed})
     one_image = torch.zeros(1, 3, 28, 28)
     first = next(iter(merged.values()))
     metric = first["metric"]

@@ -26,40 +26,32 @@ SMOLLM2_PHASE = Phase(steps=200, lr=1e-4, batch_size=4, eval_every=100)
 
 
 def _smollm2_recipe(num_layers: int, truncation: str = "plan") -> Recipe:
-    options = {**SMOLLM2, "num_layers": num_layers}
+    """The main recipe (``"plan"``: Theseus and ``truncated``) or one of its one-baseline recipes on the same steps:
+    ``"kd"`` (KD into the main recipe's layers), ``"shortgpt"``, ``"streamline"`` (``truncated`` from their model)."""
+    options, suffix, theseus = {**SMOLLM2, "num_layers": num_layers}, f"-{truncation}", False
+    baselines: tuple[str, ...] = ("truncated",)
     if truncation == "plan":
-        return Recipe(
-            name=f"smollm2-30to{num_layers}",
-            family="causal_lm",
-            description=f"SmolLM2-135M-Instruct 30 -> {num_layers} layers, LM loss on BBC News text, with the "
-            "truncated baseline (CPU, ~20 min)",
-            options=options,
-            replacing=SMOLLM2_PHASE,
-            steps_to_one=100,
-            baselines=("truncated",),
-        )
-    if truncation == "kd":
-        return Recipe(
-            name=f"smollm2-30to{num_layers}-kd",
-            family="causal_lm",
-            description=f"SmolLM2-135M-Instruct 30 -> {num_layers} layers by vanilla KD into the main recipe's layers "
-            "(baseline; CPU, ~18 min)",
-            options=options,
-            replacing=SMOLLM2_PHASE,
-            steps_to_one=100,
-            baselines=("kd",),
-            theseus=False,
-        )
-    names = {"shortgpt": "ShortGPT (lowest Block Influence removed)", "streamline": "LLM-Streamline (run -> 1 layer)"}
+        suffix, theseus = "", True
+        method = f"{num_layers} layers, LM loss on BBC News text, with the truncated baseline (CPU, ~20 min)"
+    elif truncation == "kd":
+        baselines = ("kd",)
+        method = f"{num_layers} layers by vanilla KD into the main recipe's layers (baseline; CPU, ~18 min)"
+    else:
+        names = {
+            "shortgpt": "ShortGPT (lowest Block Influence removed)",
+            "streamline": "LLM-Streamline (run -> 1 layer)",
+        }
+        options["truncation"] = truncation
+        method = f"{num_layers} by {names[truncation]}, then the LM loss (baseline)"
     return Recipe(
-        name=f"smollm2-30to{num_layers}-{truncation}",
+        name=f"smollm2-30to{num_layers}{suffix}",
         family="causal_lm",
-        description=f"SmolLM2-135M-Instruct 30 -> {num_layers} by {names[truncation]}, then the LM loss (baseline)",
-        options={**options, "truncation": truncation},
+        description=f"SmolLM2-135M-Instruct 30 -> {method}",
+        options=options,
         replacing=SMOLLM2_PHASE,
         steps_to_one=100,
-        baselines=("truncated",),
-        theseus=False,
+        baselines=baselines,
+        theseus=theseus,
     )
 
 

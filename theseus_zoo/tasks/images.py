@@ -250,10 +250,9 @@ class ResNetTask(ScoresAccuracy):
         blocks, whose first keeps the stage's downsampling). With heterogeneous successors, which no predecessor
         block can start: the successor model as the plan builds it, untrained (the predecessor's stem and head, new
         blocks of the other kind), so that the baselines train the very architecture Theseus exports."""
-        if self.successor is not None:
-            model = copy.deepcopy(predecessor)
-            return th.replace_(model, self.plan(model)).finalize()
         model = copy.deepcopy(predecessor)
+        if self.successor is not None:
+            return th.replace_(model, self.plan(model)).finalize()
         for name, count in zip(resnet.stage_names(model), self.blocks, strict=True):
             setattr(model, name, getattr(model, name)[:count])
         return model
