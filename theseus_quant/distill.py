@@ -3,7 +3,8 @@
 - Stage 1, `intermediate_loss`: Σ over layers of MSE(hidden states) + Σ over layers of
   MSE(attentions), between the student and a full-precision teacher (the embedding output
   counts as hidden state 0, as in the reference).
-- Stage 2, `prediction_loss`: soft cross-entropy between the logits at a temperature.
+- Stage 2, `prediction_loss`: soft cross-entropy between the logits at a temperature (its one home is
+  `theseus_core.distillation`, shared with the zoo's KD; re-exported here).
 
 `intermediates` reads what the losses need from a Hugging Face output (a ``ModelOutput`` or a
 dict) computed with ``output_hidden_states=True, output_attentions=True``. Teacher tensors are
@@ -24,6 +25,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+from theseus_core.distillation import prediction_loss as prediction_loss  # re-exported: one soft loss for every KD
 
 
 @dataclass(frozen=True)
@@ -123,27 +126,3 @@ def intermediate_loss(
         if ours.shape != theirs.shape:
             raise ValueError(f"student {what} has shape {tuple(ours.shape)}, teacher's {tuple(theirs.shape)}")
     return sum(F.mse_loss(ours, theirs.detach()) for ours, theirs, _ in pairs)
-
-
-def prediction_loss(
-    student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float = 1.0
-) -> torch.Tensor:
-    """Stage 2: soft cross-entropy of the student's logits against the teacher's at ``temperature``,
-    in KL form, ``T² · KL(softmax(t / T) ‖ softmax(s / T))`` averaged over examples (T² keeps
-    gradient sizes comparable across temperatures; BinaryBERT uses T = 1). For a regression head
-    (last dimension 1), the MSE, as the reference does. The teacher's logits are detached.
-
-    Raises:
-        ValueError: A temperature that is not positive, or logits of different shapes.
-    """
-    if not temperature > 0:
-        raise ValueError(f"temperature must be positive, got {temperature!r}")
-    if student_logits.shape != teacher_logits.shape:
-        raise ValueError(f"logits of shapes {tuple(student_logits.shape)} and {tuple(teacher_logits.shape)}")
-    teacher_logits = teacher_logits.detach()
-    if student_logits.shape[-1] == 1:
-        return F.mse_loss(student_logits, teacher_logits)
-    student_log_probs = F.log_softmax(student_logits / temperature, dim=-1).reshape(-1, student_logits.shape[-1])
-    teacher_log_probs = F.log_softmax(teacher_logits / temperature, dim=-1).reshape(-1, teacher_logits.shape[-1])
-    kl = F.kl_div(student_log_probs, teacher_log_probs, log_target=True, reduction="batchmean")
-    return kl * temperature**2
