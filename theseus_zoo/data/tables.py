@@ -1,15 +1,28 @@
-"""A user's own text data: ``.csv``, ``.tsv`` or ``.jsonl`` files, or a `datasets` ``save_to_disk`` folder.
+"""A user's own text data: ``.csv``, ``.tsv`` or ``.jsonl`` files (UTF-8, a byte-order mark is read past), or a
+`datasets` ``save_to_disk`` folder.
 
-Each row holds a text (``text_column``), optionally a second text (``text_pair_column``: sentence pairs)
-and a label (``label_column``): integer or string classes, or floats for regression (a label column whose
-values are all integers, or all strings, is a classification; one with a non-integer number is a
-regression). A ``split`` column (``train``, ``dev``, ``test``; ``validation`` is taken for ``dev``) decides
-the split when present; otherwise a fixed split stratified by class (by label quintile for regression) from
-``seed`` (`theseus_zoo.data.splits`).
+Each row holds a text (``text_column``), optionally a second text (``text_pair_column``: sentence pairs) and a
+label (``label_column``). ``labels`` says what the labels are: ``"classes"`` (each distinct label is a class,
+named by the label: ``negative``, ``positive``, or ``0``, ``1``) or ``"regression"`` (numbers to predict). Left
+out (``None``) it is inferred only when the column leaves no doubt, and `Table.inference` says what was inferred:
 
-Every problem with a file ends in one `ValueError` that names the file, and the row where there is one:
-a missing column, an empty text, a missing or non-finite label, an unreadable row, a single class,
-an empty split.
+- every label a class name (not a number): classes;
+- every label an integer, at most `MAX_INFERRED_CLASSES` different ones: classes;
+- numbers, not all integers, with more than half of them not integers or more than `MAX_INFERRED_CLASSES`
+  different values: regression.
+
+Anything else (integers of many values; integers with a few other numbers, as ``0.5`` in a 0/1 column) is refused:
+set ``labels``. A label column that mixes numbers and class names is refused either way.
+
+A missing label is an empty cell, ``NaN``, ``nan``, ``NA``, ``N/A``, ``null`` (any case) or a JSON ``null`` /
+``NaN``: rows with one are refused, named in one line (``missing="refuse"``), or dropped and counted in
+`Table.dropped` (``missing="drop"``). A ``split`` column (``train``, ``dev``, ``test``; ``validation`` is taken for
+``dev``) decides the split when present; otherwise a fixed split stratified by class (by label quintile for
+regression) from ``seed`` (`theseus_zoo.data.splits`).
+
+Every problem with a file ends in one `ValueError` that names the file, and the rows where there are some: a missing
+column, an empty text, missing, non-finite or mixed labels, a task kind that cannot be inferred, an unreadable row,
+a single class, an empty split.
 """
 
 from __future__ import annotations
@@ -21,8 +34,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from theseus_zoo._checks import is_int
-
 from .splits import check_fractions, quintile_boundaries, stratified_split
 
 if TYPE_CHECKING:
@@ -30,19 +41,33 @@ if TYPE_CHECKING:
 
 FORMATS = (".csv", ".tsv", ".jsonl")
 SPLIT_NAMES = {"train": "train", "dev": "validation", "validation": "validation", "test": "test"}
+KINDS = ("classes", "regression")
+MISSING = ("", "nan", "na", "n/a", "null")
+"""Cells that are a missing label (stripped, any case), as spreadsheets and pandas write them."""
+MAX_INFERRED_CLASSES = 20
+"""The most different integer labels that are inferred to be classes (more: set ``labels``)."""
 
 
 @dataclass(frozen=True)
 class Table:
-    """A loaded table: the splits (columns ``text``, maybe ``text_pair``, ``label``), and the class names
-    (``None`` for a regression)."""
+    """A loaded table: the splits (columns ``text``, maybe ``text_pair``, ``label``), the class names (``None`` for
+    a regression), what was inferred about the labels (``None`` when ``labels`` was given), the row numbers dropped
+    for a missing label (``missing="drop"``), and a description of the file for a report."""
 
     splits: datasets.DatasetDict
     label_names: tuple[str, ...] | None
+    inference: str | None = None
+    dropped: tuple[int, ...] = ()
+    description: str = ""
 
     @property
     def num_labels(self) -> int:
         return 1 if self.label_names is None else len(self.label_names)
+
+    @property
+    def kind(self) -> str:
+        """``"classes"`` or ``"regression"``."""
+        return "regression" if self.label_names is None else "classes"
 
 
 def _rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
@@ -64,7 +89,7 @@ def _rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
     if path.suffix not in FORMATS:
         raise ValueError(f"{path}: give a {', '.join(FORMATS)} file or a datasets save_to_disk folder")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # Excel's "CSV UTF-8" starts with a byte-order mark
     except (OSError, UnicodeDecodeError) as error:
         raise ValueError(f"{path}: cannot read it as UTF-8 text ({error})") from None
     if path.suffix == ".jsonl":
@@ -96,23 +121,129 @@ def _rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
     return rows
 
 
-def _label_kind(values: list[Any]) -> str:
-    """``"int"``, ``"float"`` or ``"str"`` for the whole label column (CSV cells are strings first)."""
+def _is_missing(value: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, float):
+        return math.isnan(value)
+    return isinstance(value, str) and value.strip().lower() in MISSING
 
-    def parses(cast: type, value: Any) -> bool:
+
+def _number(value: Any) -> float | None:
+    """The label as a number (CSV cells are strings first), or ``None`` for a class name."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
         try:
-            return not isinstance(value, bool) and math.isfinite(cast(value))
-        except (TypeError, ValueError):
-            return False
+            return float(value.strip())
+        except ValueError:
+            return None
+    return None
 
-    if all(is_int(v) or (isinstance(v, str) and parses(int, v)) for v in values):
-        return "int"
-    if all(
-        (isinstance(v, (int, float)) and not isinstance(v, bool)) or (isinstance(v, str) and parses(float, v))
-        for v in values
-    ):
-        return "float" if any(float(v) != int(float(v)) for v in values) else "int"
-    return "str"
+
+def _rows_named(cells: list[tuple[int, Any]], limit: int = 10) -> str:
+    """``"rows 4 ('NaN'), 17 ('')"``: the first ``limit`` of ``(row, cell)`` pairs, and how many more."""
+    shown = ", ".join(f"{number} ({_cell(value)})" for number, value in cells[:limit])
+    more = f" and {len(cells) - limit} more" if len(cells) > limit else ""
+    return f"row{'s' if len(cells) > 1 else ''} {shown}{more}"
+
+
+def _cell(value: Any) -> str:
+    """A label as the file wrote it: ``'NaN'`` for a CSV cell, ``null`` / ``NaN`` / ``0.5`` for JSON."""
+    if value is None:
+        return "null"
+    if isinstance(value, float) and math.isnan(value):
+        return "NaN"
+    return repr(value)
+
+
+def _label_kind(
+    path: Path, column: str, cells: list[tuple[int, Any]], labels: str | None
+) -> tuple[str, list[float] | None, str | None]:
+    """``(kind, numbers, inference)``: ``"classes"`` or ``"regression"``; each cell as a number when every cell is
+    one (else ``None``); what was inferred, when ``labels`` is ``None``. Raises `ValueError` for a cell that is
+    neither a class name nor a number, non-finite numbers, numbers mixed with class names, and a kind that cannot
+    be inferred."""
+    odd = [(number, value) for number, value in cells if isinstance(value, (list, dict))]
+    if odd:
+        raise ValueError(
+            f"{path}: labels in {column!r} must be class names or numbers, not lists or objects: {_rows_named(odd)}"
+        )
+    numbers = [_number(value) for _, value in cells]
+    numeric = [(number, value) for (number, value), x in zip(cells, numbers, strict=True) if x is not None]
+    named = [(number, value) for (number, value), x in zip(cells, numbers, strict=True) if x is None]
+    if numeric and named:
+        fewer, more = (numeric, named) if len(numeric) <= len(named) else (named, numeric)
+        what = ("number", "class name") if fewer is numeric else ("class name", "number")
+        raise ValueError(
+            f"{path}: the labels in {column!r} mix numbers and class names: {_count(len(fewer), what[0])} among "
+            f"{_count(len(more), what[1])} ({_rows_named(fewer)}); make every label a class name, or every label a "
+            f"number"
+        )
+    infinite = [
+        (number, value)
+        for (number, value), x in zip(cells, numbers, strict=True)
+        if x is not None and not math.isfinite(x)
+    ]
+    if infinite:
+        raise ValueError(f"{path}: labels in {column!r} that are not finite numbers: {_rows_named(infinite)}")
+    if named:
+        if labels == "regression":
+            raise ValueError(
+                f"{path}: labels='regression' needs numbers, but {column!r} holds class names "
+                f"({_rows_named(named, 3)}); set labels to 'classes'"
+            )
+        classes = sorted({str(value).strip() for _, value in named})
+        inference = None if labels else f"classes (every label is a class name: {_listed(classes)})"
+        return "classes", None, inference
+    values = [x for x in numbers if x is not None]
+    if labels is not None:
+        return labels, values, None
+    distinct = sorted(set(values))
+    fractional = [(number, value) for (number, value), x in zip(cells, values, strict=True) if x != int(x)]
+    if not fractional:
+        if len(distinct) <= MAX_INFERRED_CLASSES:
+            names = [_class_name(x) for x in distinct]
+            return (
+                "classes",
+                values,
+                (
+                    f"classes (every label is an integer, {len(distinct)} different: {_listed(names)}; set labels to "
+                    f"'regression' to predict them as numbers)"
+                ),
+            )
+        raise ValueError(
+            f"{path}: the labels in {column!r} are {len(distinct)} different integers: classes, or numbers to "
+            f"predict? Set the option labels to 'classes' or 'regression'"
+        )
+    if 2 * len(fractional) > len(values) or len(distinct) > MAX_INFERRED_CLASSES:
+        return (
+            "regression",
+            values,
+            (
+                f"regression (the labels are numbers, {len(distinct)} different, from {min(values):g} to "
+                f"{max(values):g}; set labels to 'classes' to make each value a class)"
+            ),
+        )
+    raise ValueError(
+        f"{path}: the labels in {column!r} are integers but for {len(fractional)} "
+        f"({_rows_named(fractional)}): classes, or numbers to predict? Fix those rows, or set the option labels to "
+        f"'classes' or 'regression'"
+    )
+
+
+def _count(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _class_name(value: float) -> str:
+    return str(int(value)) if value == int(value) else repr(value)
+
+
+def _listed(names: list[str], limit: int = 10) -> str:
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
 def load_table(
@@ -121,17 +252,28 @@ def load_table(
     text_column: str = "text",
     text_pair_column: str | None = None,
     label_column: str = "label",
+    labels: str | None = None,
+    missing: str = "refuse",
     seed: int = 0,
     dev_fraction: float = 0.1,
     test_fraction: float = 0.1,
 ) -> Table:
     """Reads and checks ``path`` (module doc) and splits it.
 
+    Args:
+        labels: ``"classes"``, ``"regression"``, or ``None`` to infer it (module doc). (default: ``None``)
+        missing: Rows with a missing label: ``"refuse"`` them (the error names them) or ``"drop"`` them (counted in
+            `Table.dropped`). (default: ``"refuse"``)
+
     Raises:
-        ValueError: anything wrong with the file, naming it and the row.
+        ValueError: anything wrong with the file, naming it and the rows.
     """
     import datasets
 
+    if labels is not None and labels not in KINDS:
+        raise ValueError(f"labels must be one of {', '.join(KINDS)} (or None to infer it), got {labels!r}")
+    if missing not in ("refuse", "drop"):
+        raise ValueError(f"missing must be 'refuse' or 'drop', got {missing!r}")
     check_fractions(dev_fraction, test_fraction)
     path = Path(path)
     if not path.exists():
@@ -141,31 +283,43 @@ def load_table(
         raise ValueError(f"{path}: no rows")
     columns = [text_column, *([text_pair_column] if text_pair_column else []), label_column]
     for number, row in rows:
-        missing = [column for column in columns if column not in row]
-        if missing:
-            raise ValueError(f"{path}, row {number}: no column {missing}; it has {sorted(row)}")
+        missing_columns = [column for column in columns if column not in row]
+        if missing_columns:
+            raise ValueError(f"{path}, row {number}: no column {missing_columns}; it has {sorted(row)}")
         for column in columns[:-1]:
             if not isinstance(row[column], str) or not row[column].strip():
                 raise ValueError(f"{path}, row {number}: the {column!r} text is empty or not a string")
-        if row[label_column] is None or row[label_column] == "":
-            raise ValueError(f"{path}, row {number}: no label in {label_column!r}")
-        if isinstance(row[label_column], float) and not math.isfinite(row[label_column]):
-            raise ValueError(f"{path}, row {number}: the label {row[label_column]!r} is not a finite number")
-    kind = _label_kind([row[label_column] for _, row in rows])
-    if kind == "float":
-        labels = [float(row[label_column]) for _, row in rows]
+    unlabelled = [(number, row[label_column]) for number, row in rows if _is_missing(row[label_column])]
+    if unlabelled and missing == "refuse":
+        raise ValueError(
+            f"{path}: {_count(len(unlabelled), 'row')} with no label in {label_column!r} "
+            f"({_rows_named(unlabelled)}): fill them in, or set the option missing_labels to 'drop' to train "
+            f"without them"
+        )
+    dropped = tuple(number for number, _ in unlabelled)
+    rows = [(number, row) for number, row in rows if not _is_missing(row[label_column])]
+    if not rows:
+        raise ValueError(f"{path}: no row has a label in {label_column!r}")
+    kind, numbers, inference = _label_kind(path, label_column, [(n, row[label_column]) for n, row in rows], labels)
+    if kind == "regression":
+        values = [float(x) for x in numbers or ()]
         label_names = None
-        boundaries = quintile_boundaries(labels)
-        strata = [sum(label > boundary for boundary in boundaries) for label in labels]
+        boundaries = quintile_boundaries(values)
+        strata = [sum(value > boundary for boundary in boundaries) for value in values]
+        labelled: list[Any] = values
     else:
-        values = [int(row[label_column]) if kind == "int" else row[label_column] for _, row in rows]
-        classes = sorted(set(values))
+        if numbers is None:
+            names = [str(row[label_column]).strip() for _, row in rows]
+            classes = sorted(set(names))
+        else:
+            names = [_class_name(x) for x in numbers]
+            classes = [_class_name(x) for x in sorted(set(numbers))]  # in numeric order: 2 before 10
         if len(classes) < 2:
             raise ValueError(f"{path}: every row has the label {classes[0]!r}; a classifier needs two classes or more")
-        index = {value: position for position, value in enumerate(classes)}
-        labels = [index[value] for value in values]
-        label_names = tuple(str(value) for value in classes)
-        strata = labels
+        index = {name: position for position, name in enumerate(classes)}
+        labelled = [index[name] for name in names]
+        label_names = tuple(classes)
+        strata = labelled
     examples = [
         {
             "id": number,
@@ -175,9 +329,10 @@ def load_table(
             "stratum": stratum,
             "split": row.get("split"),
         }
-        for (number, row), label, stratum in zip(rows, labels, strata, strict=True)
+        for (number, row), label, stratum in zip(rows, labelled, strata, strict=True)
     ]
-    if any(example["split"] is not None for example in examples):
+    from_column = any(example["split"] is not None for example in examples)
+    if from_column:
         splits: dict[str, list[dict[str, Any]]] = {"train": [], "validation": [], "test": []}
         for example in examples:
             name = SPLIT_NAMES.get(str(example["split"]).strip().lower())
@@ -205,6 +360,24 @@ def load_table(
         }
     )
     kept = [column for column in features]
+    sizes = " / ".join(f"{len(splits[name]):,}" for name in ("train", "validation", "test"))
+    if from_column:
+        split = f"split by its split column: {sizes} rows train / dev / test"
+    else:
+        by = "class" if label_names is not None else "label quintile"
+        split = (
+            f"split {1 - dev_fraction - test_fraction:.0%} / {dev_fraction:.0%} / {test_fraction:.0%} stratified by "
+            f"{by} (seed {seed}): {sizes} rows train / dev / test"
+        )
+    texts = f"text column {text_column!r}" + (f", second text {text_pair_column!r}" if text_pair_column else "")
+    if label_names is None:
+        task = f"regression on {label_column!r}"
+    else:
+        task = f"{len(label_names)} classes in {label_column!r} ({_listed(list(label_names))})"
+    if inference is not None:
+        task += ", inferred from the labels (the option labels sets it)"
+    dropped_note = f"; {_count(len(dropped), 'row')} without a label dropped" if dropped else ""
+    description = f"{path.name}: {len(rows):,} rows, {texts}, {task}; {split}{dropped_note}"
     return Table(
         datasets.DatasetDict(
             {
@@ -215,4 +388,7 @@ def load_table(
             }
         ),
         label_names,
+        inference=inference,
+        dropped=dropped,
+        description=description,
     )

@@ -72,9 +72,9 @@ def test_a_save_to_disk_folder(tmp_path):
     [
         ("text,label\nfine,1\n,0\n", {}, r"data.csv, row 3: the 'text' text is empty"),
         ("words,label\nfine,1\n", {}, r"data.csv, row 2: no column \['text'\]"),
-        ("text,label\na,1\nb,1\nc,1\n", {}, "every row has the label 1"),
+        ("text,label\na,1\nb,1\nc,1\n", {}, "every row has the label '1'"),
         ("text,label\na,1\nb,0,extra\n", {}, "data.csv, line 3: 3 fields where the header has 2"),
-        ("text,label\na,1\nb,\n", {}, "row 3: no label"),
+        ("text,label\na,1\nb,\n", {}, r"1 row with no label in 'label' \(row 3 \(''\)\)"),
         ("text,label,split\na,1,train\nb,0,holdout\n", {}, "row 3: split 'holdout'"),
         ("text,label\na,1\nb,0\n", {}, "the validation split is empty"),
         ("text,label\na,1\n", {"label_column": "y"}, r"no column \['y'\]"),
@@ -85,6 +85,101 @@ def test_bad_files_end_in_one_line_naming_file_and_row(tmp_path, content, option
     path.write_text(content)
     with pytest.raises(ValueError, match=message):
         tables.load_table(path, **options)
+
+
+def zero_one(count=40):
+    return "text,label\n" + "".join(f"review {i},{i % 2}\n" for i in range(count))
+
+
+@pytest.mark.parametrize("cell", ["NaN", "nan", "NA", "null", "", "N/A", " NULL "])
+def test_a_missing_label_in_any_spelling_is_refused_naming_its_row(tmp_path, cell):
+    path = tmp_path / "data.csv"
+    path.write_text(zero_one() + f"one more,{cell}\nand another,1\n")
+    with pytest.raises(
+        ValueError, match=r"data\.csv: 1 row with no label in 'label' \(row 42 .*missing_labels"
+    ) as error:
+        tables.load_table(path)
+    assert "\n" not in str(error.value)
+
+
+def test_missing_labels_in_json_and_many_rows_are_named_in_one_line(tmp_path):
+    lines = [json.dumps({"text": f"t{i}", "label": i % 2}) for i in range(40)]
+    lines += ['{"text": "a", "label": null}', '{"text": "b", "label": NaN}', '{"text": "c", "label": "NA"}']
+    (tmp_path / "data.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(
+        ValueError, match=r"3 rows with no label in 'label' \(rows 41 \(null\), 42 \(NaN\), 43 \('NA'\)\)"
+    ):
+        tables.load_table(tmp_path / "data.jsonl")
+    (tmp_path / "many.csv").write_text(zero_one() + "x,nan\n" * 12)
+    with pytest.raises(ValueError, match=r"12 rows .* and 2 more\)") as error:
+        tables.load_table(tmp_path / "many.csv")
+    assert "\n" not in str(error.value)
+
+
+def test_missing_labels_dropped_when_asked_with_a_count(tmp_path):
+    (tmp_path / "data.csv").write_text(zero_one() + "x,NaN\ny,\n")
+    table = tables.load_table(tmp_path / "data.csv", missing="drop")
+    assert table.dropped == (42, 43) and table.label_names == ("0", "1")
+    assert sum(split.num_rows for split in table.splits.values()) == 40
+    assert "2 rows without a label dropped" in table.description
+
+
+@pytest.mark.parametrize(
+    ("extra", "options", "message"),
+    [
+        ("x,0.5\n", {}, r"integers but for 1 \(row 42 \('0\.5'\)\).*set the option labels"),
+        ("x,positive\n", {}, r"mix numbers and class names: 1 class name among 40 numbers \(row 42 \('positive'\)\)"),
+        ("x,positive\n", {"labels": "classes"}, "mix numbers and class names"),
+        ("x,inf\n", {}, r"not finite numbers: row 42 \('inf'\)"),
+    ],
+)
+def test_bad_labels_are_refused_in_one_line_naming_the_rows(tmp_path, extra, options, message):
+    (tmp_path / "data.csv").write_text(zero_one() + extra)
+    with pytest.raises(ValueError, match=message) as error:
+        tables.load_table(tmp_path / "data.csv", **options)
+    assert "\n" not in str(error.value)
+
+
+def test_the_task_kind_is_given_or_inferred_only_when_unambiguous(tmp_path):
+    path = tmp_path / "data.csv"
+    path.write_text(zero_one())
+    inferred = tables.load_table(path)
+    assert inferred.kind == "classes" and "every label is an integer, 2 different: 0, 1" in inferred.inference
+    assert tables.load_table(path, labels="classes").inference is None
+    assert tables.load_table(path, labels="regression").kind == "regression"
+    path.write_text(zero_one() + "x,0.5\n")
+    assert tables.load_table(path, labels="regression").num_labels == 1
+    assert tables.load_table(path, labels="classes").label_names == ("0", "0.5", "1")
+    path.write_text("text,label\n" + "".join(f"t{i},{i % 30}\n" for i in range(90)))  # 30 different integers
+    with pytest.raises(ValueError, match="30 different integers: classes, or numbers to predict"):
+        tables.load_table(path)
+    classes = tables.load_table(path, labels="classes", dev_fraction=0.25, test_fraction=0.25)
+    assert classes.num_labels == 30 and classes.label_names[:3] == ("0", "1", "2")  # numeric order: 2 before 10
+    path.write_text("text,label\n" + "".join(f"t{i},{i / 7:.3f}\n" for i in range(30)))
+    assert tables.load_table(path).kind == "regression"
+    assert "regression (the labels are numbers, 30 different" in tables.load_table(path).inference
+    path.write_text("text,label\n" + "".join(f"t{i},{'ab'[i % 2]}\n" for i in range(30)))
+    assert "every label is a class name: a, b" in tables.load_table(path).inference
+    with pytest.raises(ValueError, match="labels='regression' needs numbers"):
+        tables.load_table(path, labels="regression")
+
+
+def test_a_csv_with_a_byte_order_mark_reads_as_excel_wrote_it(tmp_path):
+    path = tmp_path / "excel.csv"
+    path.write_bytes(
+        "text,label\r\n".encode("utf-8-sig") + "".join(f"caf\u00e9 {i},{'ab'[i % 2]}\r\n" for i in range(30)).encode()
+    )
+    table = tables.load_table(path)
+    assert table.label_names == ("a", "b") and table.splits["train"]["text"][0].startswith("caf\u00e9")
+
+
+def test_the_description_names_file_columns_classes_and_split(tmp_path):
+    table = tables.load_table(write(tmp_path / "reviews.csv", rows()))
+    assert table.description == (
+        "reviews.csv: 60 rows, text column 'text', 3 classes in 'label' (mid, neg, pos), inferred from the labels "
+        "(the option labels sets it); split 80% / 10% / 10% stratified by class (seed 0): 48 / 6 / 6 rows "
+        "train / dev / test"
+    )
 
 
 def test_unreadable_inputs(tmp_path):
