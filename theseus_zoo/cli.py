@@ -4,7 +4,7 @@
     theseus assets
     theseus fetch ASSET [ASSET ...]
     theseus compress --recipe NAME [--out DIR] [--config FILE.json] [--seed N] [--steps-to-one N] [--resume]
-                     [--predecessor-from RUN_DIR]
+                     [--predecessor-from RUN_DIR] [--threads N] [--no-progress]
     theseus sweep --recipe NAME (--grid FIELD=V1,V2,... ... | --paper-grid) [--out DIR] [same flags]
     theseus analyze --recipe NAME --analysis sensitivity|schedules|budget [--out DIR] [same flags]
 
@@ -49,7 +49,8 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--seed", type=int, help="override the recipe's seed")
         command.add_argument("--steps-to-one", type=int, help="step at which the replacing rate reaches 1")
         command.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
-        command.add_argument("--no-progress", action="store_true", help="no progress bars")
+        command.add_argument("--no-progress", action="store_true", help="no progress bars (transformers' too)")
+        command.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's, all cores)")
         command.add_argument(
             "--predecessor-from", type=Path, help="a run directory whose fine-tuned predecessor to take (same recipe)"
         )
@@ -72,6 +73,44 @@ def _recipe(args: argparse.Namespace) -> Recipe:
     return get_recipe(args.recipe).with_overrides(overrides)
 
 
+def _settings(args: argparse.Namespace) -> None:
+    """``--threads`` and ``--no-progress``, set before any work (and before transformers or datasets draw a bar)."""
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads must be an integer >= 1, got {args.threads}")
+    if args.no_progress:
+        os.environ["TQDM_DISABLE"] = "1"  # every tqdm bar: transformers' loading, datasets' maps
+        os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] = "1"
+        from transformers.utils import logging
+
+        logging.disable_progress_bar()
+    if args.threads is not None:
+        import torch
+
+        torch.set_num_threads(args.threads)
+
+
+def _own_data(recipe: Recipe, overrides_description: bool) -> Recipe:
+    """A recipe run on the user's own data says so: its description (the report's second line) becomes what was
+    read (file, columns, classes, split), and what was inferred about the labels is printed. A recipe on its own
+    dataset, one whose description the config sets, and a file that fails to load (the run's check then names the
+    problem, once) are left as they are."""
+    if recipe.family != "bert" or overrides_description:
+        return recipe
+    from .tasks import build_task
+
+    task = build_task(recipe.family, recipe.options, recipe.seed)
+    try:
+        description = task.describe_data()
+        inference = task.label_inference()
+    except (ValueError, FileNotFoundError):
+        return recipe
+    if description is None:
+        return recipe
+    if inference is not None and int(os.environ.get("RANK", "0")) == 0:
+        print(f"theseus: {inference}", flush=True)
+    return recipe.with_overrides({"description": f"Recipe {recipe.name} on the user's data. {description}"})
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -89,7 +128,9 @@ def main(argv: list[str] | None = None) -> int:
             for name in args.names:
                 print(f"{name}: {fetch_asset(name)}")
             return 0
+        _settings(args)
         recipe = _recipe(args)
+        recipe = _own_data(recipe, bool(args.config) and "description" in load_overrides(args.config))
         if args.command in ("sweep", "analyze") and int(os.environ.get("WORLD_SIZE", "1")) > 1:
             raise ValueError(
                 f"theseus {args.command} runs in one process; start it without torchrun (compress runs under it)"
@@ -127,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
             print((out / f"{args.analysis}.md").read_text())
             print(f"the runs, {args.analysis}.json and {args.analysis}.png are in {out}")
             return 0
-        from .training.trainer import Run  # heavy imports (accelerate) only for a run
+        from .training.run import Run  # heavy imports (accelerate) only for a run
 
         out = args.out or Path("runs") / recipe.name
         run = Run(

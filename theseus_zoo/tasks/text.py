@@ -5,14 +5,18 @@ Family ``"bert"``. Its options (all optional):
 - ``model``: an asset name (``"all-minilm-l6-v2"``), a local folder, or a hub id for
   ``from_pretrained``; a classification head of the dataset's size is put on top.
   (default: ``"all-minilm-l6-v2"``)
-- ``dataset``: ``"rotten-tomatoes"`` (the asset; ``labels``: ``"binary"``, ``"five"`` valence
-  quintiles or ``"regression"`` on the valence, `theseus_zoo.data.rotten_tomatoes`), ``"bbc-news"``
+- ``dataset``: ``"rotten-tomatoes"`` (the asset, `theseus_zoo.data.rotten_tomatoes`), ``"bbc-news"``
   (five topics, `theseus_zoo.data.bbc_news`), ``"glue/<task>"`` (``"glue/sst2"``, ``"glue/mnli"``, ...;
   ``data_dir``: a local GLUE copy, default the hub), or the path of the user's own data: a
   ``.csv``, ``.tsv`` or ``.jsonl`` file or a `datasets` ``save_to_disk`` folder with the columns
   ``text_column`` (default ``"text"``), optionally ``text_pair_column``, and ``label_column``
-  (default ``"label"``; integer or string classes, or floats for regression), and optionally
-  ``split`` (`theseus_zoo.data.tables`).
+  (default ``"label"``), and optionally ``split`` (`theseus_zoo.data.tables`).
+- ``labels``: what the labels are. Rotten Tomatoes: ``"binary"`` (the default), ``"five"`` valence quintiles or
+  ``"regression"`` on the valence. The user's own data: ``"classes"`` or ``"regression"``; left out (``null``), it
+  is inferred from the file only when that leaves no doubt, and the inference is printed
+  (`theseus_zoo.data.tables`). BBC News and GLUE have their own (leave it out).
+- ``missing_labels``: the user's own rows with no label (empty, ``NaN``, ``NA``, ``null``): ``"refuse"`` them, the
+  error naming the rows, or ``"drop"`` them, counted. (default: ``"refuse"``)
 - ``split_seed``, ``dev_fraction``, ``test_fraction``: the fixed stratified split of the datasets
   that have none of their own (default: 0, 0.1, 0.1).
 - ``num_layers``, ``init``, ``group_sizes``: as in `theseus_adapters.hf.plan`.
@@ -43,7 +47,6 @@ mean of matched and mismatched).
 from __future__ import annotations
 
 import copy
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -62,6 +65,8 @@ WEIGHT_BITS = {"ternary": 2, "binary": 1}
 PACKED, QUANTIZATION = "model.packed.safetensors", "quantization.json"
 """The files of a quantized export besides the config and tokenizer: packed weights, and which layer is what."""
 DATASETS = ("rotten-tomatoes", "bbc-news", "glue/<task>", "a .csv/.tsv/.jsonl file or a save_to_disk folder")
+ROTTEN_TOMATOES_LABELS = ("binary", "five", "regression")
+OWN_LABELS = ("classes", "regression")
 
 
 @dataclass(frozen=True)
@@ -71,7 +76,8 @@ class TextOptions:
     model: str = DEFAULT_MODEL
     dataset: str = "rotten-tomatoes"
     data_dir: str | None = None
-    labels: Literal["binary", "five", "regression"] = "binary"
+    labels: Literal["binary", "five", "regression", "classes"] | None = None
+    missing_labels: Literal["refuse", "drop"] = "refuse"
     text_column: str = "text"
     text_pair_column: str | None = None
     label_column: str = "label"
@@ -108,6 +114,7 @@ class TextClassificationTask:
         parsed = parse_options(TextOptions, options, "bert")
         self.model_name, self.dataset_name, self.data_dir = parsed.model, parsed.dataset, parsed.data_dir
         self.label_kind = parsed.labels
+        self.missing_labels = parsed.missing_labels
         self.text_column, self.text_pair_column = parsed.text_column, parsed.text_pair_column
         self.label_column = parsed.label_column
         self.split = {
@@ -131,12 +138,32 @@ class TextClassificationTask:
             raise ValueError(
                 f"unknown dataset {self.dataset_name!r} (no such file either); give one of: {', '.join(DATASETS)}"
             )
-        if self.label_kind != "binary" and self.dataset_name != "rotten-tomatoes":
-            raise ValueError(f"labels={self.label_kind!r} is a Rotten Tomatoes option; {self.dataset_name} has its own")
+        self._check_labels()
         self.max_length = self.max_length or 128
         self._examples: dict[str, list[dict[str, Any]]] | None = None
         self._table = None
         self._labels: dict[str, torch.Tensor] = {}
+
+    def _check_labels(self) -> None:
+        """Each dataset's ``labels`` values; a value meant for another names the one to use instead."""
+        kind, name = self.label_kind, self.dataset_name
+        if name == "rotten-tomatoes":
+            self.label_kind = kind or "binary"
+            if self.label_kind not in ROTTEN_TOMATOES_LABELS:
+                raise ValueError(
+                    f"labels={kind!r} is for your own data; Rotten Tomatoes takes labels "
+                    f"{', '.join(map(repr, ROTTEN_TOMATOES_LABELS))}"
+                )
+        elif name == "bbc-news" or self.glue is not None:
+            if kind is not None and not (name == "bbc-news" and kind == "classes"):
+                raise ValueError(f"labels={kind!r}: {name} has labels of its own; leave labels out (null)")
+        elif kind is not None and kind not in OWN_LABELS:
+            raise ValueError(
+                f"labels={kind!r} is a Rotten Tomatoes option; for {name} set labels to 'classes' (class labels) or "
+                f"'regression' (numbers to predict), or to null to infer it from the file"
+            )
+        if self.missing_labels != "refuse" and (name in ("rotten-tomatoes", "bbc-news") or self.glue is not None):
+            raise ValueError(f"missing_labels is for your own data; {name} has a label on every row")
 
     # ------------------------------------------------------------ model and data
     def model_path(self) -> str:
@@ -193,9 +220,42 @@ class TextClassificationTask:
                 text_column=self.text_column,
                 text_pair_column=self.text_pair_column,
                 label_column=self.label_column,
+                labels=self.label_kind,
+                missing=self.missing_labels,
                 **self.split,
             )
         return self._table
+
+    @property
+    def label_names(self) -> tuple[str, ...] | None:
+        """The class names in label order (``id2label`` of the exported config); ``None`` for regression."""
+        if self.glue is not None:
+            return self.glue.label_names or None
+        if self.dataset_name == "rotten-tomatoes":
+            from ..data.rotten_tomatoes import FIVE_LABEL_NAMES, LABEL_NAMES
+
+            return {"binary": LABEL_NAMES, "five": FIVE_LABEL_NAMES, "regression": None}[self.label_kind]
+        if self.dataset_name == "bbc-news":
+            from ..data.bbc_news import TOPICS
+
+            return TOPICS
+        return self._load_table().label_names
+
+    def describe_data(self) -> str | None:
+        """For the user's own data, what was read: the file, its columns, classes and split (and the rows dropped);
+        ``None`` for the built-in datasets, which their recipes describe."""
+        if self.glue is not None or self.dataset_name in ("rotten-tomatoes", "bbc-news"):
+            return None
+        return self._load_table().description
+
+    def label_inference(self) -> str | None:
+        """What was inferred about the user's labels (``labels`` left out), as a line to print; else ``None``."""
+        if self.glue is not None or self.dataset_name in ("rotten-tomatoes", "bbc-news"):
+            return None
+        table = self._load_table()
+        if table.inference is None:
+            return None
+        return f"{Path(self.dataset_name).name}: labels: {table.inference}"
 
     def config(self) -> Any:
         """The checkpoint's config with a head for this dataset (one fine-tuned on another task has another)."""
@@ -213,6 +273,10 @@ class TextClassificationTask:
         config.problem_type = "regression" if self.num_labels == 1 else "single_label_classification"
         if config.num_labels != self.num_labels:
             config.num_labels = self.num_labels  # also resets the label names
+        names = self.label_names
+        if names is not None and len(names) == self.num_labels:  # predictions map back to the data's classes
+            config.id2label = dict(enumerate(names))
+            config.label2id = {name: index for index, name in enumerate(names)}
         return config
 
     def tokenizer(self) -> Any:
@@ -465,17 +529,14 @@ class TextClassificationTask:
 
     def export(self, model: nn.Module, directory: Path) -> list[Path]:
         """``save_pretrained`` of the model and the tokenizer: ``AutoModelForSequenceClassification`` loads it. A
-        quantized model is written packed instead (`theseus_quant.save_packed`: 2 or 1 bits a weight plus scales)
-        with its config, the tokenizer and ``quantization.json``; `load_exported` rebuilds it."""
+        quantized model is written by `theseus_quant.save_quantized` instead (2 or 1 bits a weight plus scales, and
+        ``quantization.json``) with its config and the tokenizer; `load_exported` rebuilds it."""
         directory.mkdir(parents=True, exist_ok=True)
-        layers = _quantized_layers(model)
-        if layers:
-            from theseus_quant import save_packed
+        if _quantized_layers(model):
+            from theseus_quant import save_quantized
 
             model.config.save_pretrained(directory)
-            structure = {"layers": layers, "activation_bits": self.activation_bits, "attention": _attention(model)}
-            (directory / QUANTIZATION).write_text(json.dumps(structure, indent=2) + "\n")
-            save_packed(model, directory / PACKED)
+            save_quantized(model, directory, self.activation_bits)
         else:
             model.save_pretrained(directory)
         self.tokenizer().save_pretrained(directory)
@@ -483,57 +544,23 @@ class TextClassificationTask:
 
 
 def _quantized_layers(model: nn.Module, ternary_only: bool = False) -> dict[str, str]:
-    """``{qualified name: "ternary" | "binary" | "split"}`` of the quantized layers of ``model`` (split: the binary
-    pair of ternary weight splitting)."""
-    from theseus_quant import BinarySplitEmbedding, BinarySplitLinear, QuantEmbedding, QuantLinear
+    """`theseus_quant.quantized_layers`: ``{qualified name: "ternary" | "binary" | "split"}``."""
+    from theseus_quant import quantized_layers
 
-    layers = {}
-    for name, module in model.named_modules():
-        if isinstance(module, (QuantLinear, QuantEmbedding)) and not any(name.startswith(f"{s}.") for s in layers):
-            layers[name] = "ternary" if module.weight_bits == 2 else "binary"
-        elif isinstance(module, (BinarySplitLinear, BinarySplitEmbedding)):
-            layers[name] = "split"
-    return {name: kind for name, kind in layers.items() if kind == "ternary" or not ternary_only}
-
-
-def _attention(model: nn.Module) -> list[str]:
-    """Qualified names of the attention modules whose matmul inputs are quantized (`theseus_quant.bert`)."""
-    from theseus_quant import QuantizedInPlace
-
-    return [name for name, module in model.named_modules() if isinstance(module, QuantizedInPlace)]
+    return quantized_layers(model, ternary_only)
 
 
 def load_exported(directory: str | Path) -> nn.Module:
     """The model `TextClassificationTask.export` wrote to ``directory``: a quantized export rebuilt as it was
-    trained (the same quantized, split and binarized layers, `theseus_quant.load_packed`: the same outputs bit for
-    bit), else ``AutoModelForSequenceClassification.from_pretrained``. Its inputs are the tokenizer's, saved
+    trained (the same quantized, split and binarized layers, `theseus_quant.load_quantized`: the same outputs bit
+    for bit), else ``AutoModelForSequenceClassification.from_pretrained``. Its inputs are the tokenizer's, saved
     beside it."""
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
     directory = Path(directory)
     if not (directory / QUANTIZATION).exists():
         return AutoModelForSequenceClassification.from_pretrained(directory)
-    from theseus_quant import binarize_, load_packed, quantize_, quantize_known_attention_, split_ternary_
+    from theseus_quant import load_quantized
 
-    structure = json.loads((directory / QUANTIZATION).read_text())
-    layers: dict[str, str] = structure["layers"]
-
-    def rebuild() -> nn.Module:
-        model = AutoModelForSequenceClassification.from_config(AutoConfig.from_pretrained(directory))
-        kept = [
-            name
-            for name, module in model.named_modules()
-            if type(module) in (nn.Linear, nn.Embedding) and name not in layers
-        ]
-        quantize_(model, 2, structure["activation_bits"], skip=kept)
-        if structure["attention"]:
-            quantize_known_attention_(model, structure["activation_bits"])
-        split = [name for name, kind in layers.items() if kind == "split"]
-        if split:
-            split_ternary_(model, split)
-        binary = [name for name, kind in layers.items() if kind == "binary"]
-        if binary:
-            binarize_(model, binary)
-        return model.eval()
-
-    return load_packed(rebuild, directory / PACKED)
+    config = AutoConfig.from_pretrained(directory)
+    return load_quantized(directory, lambda: AutoModelForSequenceClassification.from_config(config))

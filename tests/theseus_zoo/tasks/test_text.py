@@ -2,6 +2,7 @@
 
 import json
 import random
+import re
 
 import pytest
 import torch
@@ -234,3 +235,77 @@ def test_a_bad_data_file_ends_in_one_line_naming_the_file_and_row(tiny_model, tm
     error = capsys.readouterr().err
     assert "reviews.csv, row 3" in error and error.count("\n") == 1
     assert not (tmp_path / "run" / "checkpoint.pt").exists()
+
+
+def write_reviews(path, rows, *, bom=False, extra=""):
+    body = "review,verdict\r\n" + "".join(f"{s},{['negative', 'positive'][y]}\r\n" for s, y in rows) + extra
+    path.write_bytes(body.encode("utf-8-sig" if bom else "utf-8"))
+    return path
+
+
+def test_own_data_from_excel_trains_and_its_export_and_report_carry_the_class_names(tiny_model, tmp_path, capsys):
+    reviews = write_reviews(tmp_path / "reviews.csv", sentences(60, 3), bom=True)  # Excel's "CSV UTF-8"
+    options = {"model": str(tiny_model), "dataset": str(reviews), "num_layers": 2}
+    options |= {"text_column": "review", "label_column": "verdict"}
+    assert compress(tmp_path, options, baselines=()) == 0
+    out = capsys.readouterr().out
+    assert "theseus: reviews.csv: labels: classes (every label is a class name: negative, positive)" in out
+    exported = AutoModelForSequenceClassification.from_pretrained(tmp_path / "run" / "model")
+    assert exported.config.id2label == {0: "negative", 1: "positive"}
+    assert exported.config.label2id == {"negative": 0, "positive": 1}
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "Rotten Tomatoes" not in report
+    assert (
+        "Recipe minilm-rotten-tomatoes on the user's data. reviews.csv: 60 rows, text column 'review', 2 classes in "
+        "'verdict' (negative, positive), inferred from the labels" in report
+    )
+    assert "stratified by class (seed 0): 48 / 6 / 6 rows train / dev / test" in report
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ("a film,NaN\r\n", "reviews.csv: 1 row with no label in 'verdict' (row 62 ('NaN'))"),
+        ("a film,nan\r\nthe plot,NA\r\n", "2 rows with no label in 'verdict' (rows 62 ('nan'), 63 ('NA'))"),
+        ("a film,null\r\n", "row 62 ('null')"),
+        ("a film,\r\n", "row 62 ('')"),
+        ("a film,0.5\r\n", "mix numbers and class names: 1 number among 60 class names (row 62 ('0.5'))"),
+    ],
+)
+def test_bad_labels_are_refused_in_one_line_before_any_training_or_write(tiny_model, tmp_path, capsys, extra, message):
+    reviews = write_reviews(tmp_path / "reviews.csv", sentences(60, 3), extra=extra)
+    options = {"model": str(tiny_model), "dataset": str(reviews), "text_column": "review", "label_column": "verdict"}
+    assert compress(tmp_path, options) == 2
+    error = capsys.readouterr().err
+    assert message in error and error.count("\n") == 1
+    assert not (tmp_path / "run").exists()
+
+
+def test_numeric_labels_with_a_stray_value_are_refused_and_missing_ones_dropped_when_asked(
+    tiny_model, tmp_path, capsys
+):
+    rows = sentences(60, 3)
+    (tmp_path / "graded.csv").write_text("text,label\n" + "".join(f"{s},{y}\n" for s, y in rows) + "a film,0.5\n")
+    options = {"model": str(tiny_model), "dataset": str(tmp_path / "graded.csv")}
+    assert compress(tmp_path, options) == 2
+    assert "integers but for 1 (row 62 ('0.5'))" in capsys.readouterr().err
+    (tmp_path / "graded.csv").write_text("text,label\n" + "".join(f"{s},{y}\n" for s, y in rows) + "a film,NA\n")
+    task = text.TextClassificationTask({**options, "missing_labels": "drop", "labels": "classes"}, 0)
+    assert task.num_labels == 2 and "1 row without a label dropped" in task.describe_data()
+    assert task.label_inference() is None  # given, not inferred
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"labels": "five"}, "reviews.csv set labels to 'classes' (class labels) or 'regression'"),
+        ({"labels": "binary"}, "or to null to infer it from the file"),
+        ({"dataset": "rotten-tomatoes", "labels": "classes"}, "Rotten Tomatoes takes labels 'binary', 'five'"),
+        ({"dataset": "bbc-news", "labels": "five"}, "bbc-news has labels of its own; leave labels out (null)"),
+        ({"dataset": "rotten-tomatoes", "missing_labels": "drop"}, "missing_labels is for your own data"),
+    ],
+)
+def test_a_label_option_for_another_dataset_names_the_one_to_use(tmp_path, options, message):
+    reviews = write_reviews(tmp_path / "reviews.csv", sentences(20, 3))
+    with pytest.raises(ValueError, match=re.escape(message)):
+        text.TextClassificationTask({"dataset": str(reviews), **options}, 0)
