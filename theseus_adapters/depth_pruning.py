@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from theseus_core._checks import is_int
+from theseus_core.checks import is_int
 from theseus_core.site import primary_output, primary_parameter_name, split_primary
 
 from .hf import Stack, layer_stack, sync_config

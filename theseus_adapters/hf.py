@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from torch import nn
 
 import theseus_core as th
-from theseus_core._checks import is_int
+from theseus_core.checks import is_int
 
 from .slim import check_slim, prune_layer_, sync_slim
 

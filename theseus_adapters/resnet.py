@@ -58,7 +58,7 @@ from torch.nn.modules.conv import _ConvNd
 
 import theseus_core as th
 from theseus_adapters import light_blocks
-from theseus_core._checks import is_int
+from theseus_core.checks import is_int
 from theseus_core.spec import SuccessorFactory, resolve
 
 INITS = ("first", "every_other", "last", "fresh")

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 import theseus_core as th
-from theseus_core._checks import is_int
+from theseus_core.checks import is_int
 
 
 @dataclass(frozen=True)

@@ -4,25 +4,49 @@ Cut a model into groups of layers, give each group a smaller successor, and
 train with each group randomly running its successor or its frozen original at
 a rising rate; then keep only the successors. See BERT-of-Theseus (Xu et al.,
 EMNLP 2020). This package imports no model library.
+
+The names below are imported on first use (PEP 562, as timm and torchao do), so ``import theseus_core.checks``
+imports no torch: the zoo's torch-free layers share the argument checks.
 """
 
-from .engine import Theseus, replace_
-from .registry import (
-    DEFAULT_REGISTRY,
-    SuccessorRegistry,
-    build_successor,
-    copy_module,
-    even_group_sizes,
-    group_sizes_for,
-    list_successors,
-    plan,
-    register_successor,
-    registered_successor,
-)
-from .schedule import AntiCurriculumSchedule, ConstantSchedule, LinearSchedule
-from .site import PredecessorChain, Projected, ReplacementSite
-from .spec import ModuleSpec, Plan
-from .verify import VerificationError
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .engine import Theseus, replace_
+    from .planning import copy_module, even_group_sizes, group_sizes_for, plan
+    from .registry import (
+        DEFAULT_REGISTRY,
+        SuccessorRegistry,
+        build_successor,
+        list_successors,
+        register_successor,
+        registered_successor,
+    )
+    from .schedule import AntiCurriculumSchedule, ConstantSchedule, LinearSchedule
+    from .site import PredecessorChain, Projected, ReplacementSite, primary_output, split_primary
+    from .spec import ModuleSpec, Plan
+    from .verify import VerificationError
+
+_MODULES = {
+    "engine": ("Theseus", "replace_"),
+    "planning": ("copy_module", "even_group_sizes", "group_sizes_for", "plan"),
+    "registry": (
+        "DEFAULT_REGISTRY",
+        "SuccessorRegistry",
+        "build_successor",
+        "list_successors",
+        "register_successor",
+        "registered_successor",
+    ),
+    "schedule": ("AntiCurriculumSchedule", "ConstantSchedule", "LinearSchedule"),
+    "site": ("PredecessorChain", "Projected", "ReplacementSite", "primary_output", "split_primary"),
+    "spec": ("ModuleSpec", "Plan"),
+    "verify": ("VerificationError",),
+}
+_HOMES = {name: module for module, names in _MODULES.items() for name in names}
 
 __all__ = [
     "DEFAULT_REGISTRY",
@@ -43,9 +67,24 @@ __all__ = [
     "group_sizes_for",
     "list_successors",
     "plan",
+    "primary_output",
     "register_successor",
     "registered_successor",
     "replace_",
+    "split_primary",
 ]
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    """Imports the module that holds ``name`` the first time it is asked for (PEP 562)."""
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_HOMES[name]}", __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

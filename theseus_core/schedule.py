@@ -10,15 +10,17 @@ import math
 from dataclasses import dataclass
 from numbers import Integral, Real
 
+from .checks import is_integral, is_real
+
 
 def _check_step(step: int) -> int:
-    if not isinstance(step, Integral) or isinstance(step, bool) or step < 0:
+    if not is_integral(step) or step < 0:
         raise ValueError(f"a schedule is evaluated at an optimizer step, an integer >= 0; got {step!r}")
     return int(step)
 
 
 def _check_probability(name: str, value: float) -> float:
-    if not isinstance(value, Real) or isinstance(value, bool) or not 0.0 <= float(value) <= 1.0:
+    if not is_real(value) or not 0.0 <= float(value) <= 1.0:
         raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
     return float(value)
 

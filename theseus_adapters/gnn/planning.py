@@ -19,6 +19,7 @@ from theseus_core import (
     register_successor,
     registered_successor,
 )
+from theseus_core.checks import is_int
 from theseus_core.spec import Projection
 
 from .convert import _convert_back, _Record
@@ -184,7 +185,7 @@ def plan(
     if not all(isinstance(step, GNNStep) for step in steps):
         raise ValueError(f"{stack_path} is already under replacement (finalize() or restore() the handle first)")
     total = len(steps)
-    if not isinstance(num_layers, int) or isinstance(num_layers, bool) or not 1 <= num_layers < total:
+    if not is_int(num_layers) or not 1 <= num_layers < total:
         raise ValueError(
             f"num_layers must be an integer with 1 <= num_layers < {total} (the GNN's), got {num_layers!r}"
         )

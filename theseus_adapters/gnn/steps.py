@@ -13,7 +13,7 @@ from typing import Any
 from torch import Tensor, nn
 from torch_geometric.nn.conv import EdgeConv
 
-from theseus_core._checks import is_int
+from theseus_core.checks import is_int
 
 LAYER_OUTPUTS = "layer_outputs"
 """Input name under which a step appends its output to a list (for jumping knowledge)."""

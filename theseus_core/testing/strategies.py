@@ -18,7 +18,7 @@ except ImportError as error:  # pragma: no cover - depends on the environment
         "theseus_core.testing's strategies need hypothesis: pip install 'theseus-compression[testing]'"
     ) from error
 
-from ..registry import copy_module
+from ..planning import copy_module
 from ..spec import ModuleSpec
 from .toys import ToyBlock, ToyStack
 

@@ -9,17 +9,14 @@ fields overridden from a JSON file (``--config``) or flags.
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
-import importlib
-import importlib.metadata
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from theseus_zoo._checks import is_int
+from theseus_core.checks import is_finite_number, is_int
+from theseus_zoo.registry import Registry
 
 BASELINES = ("truncated", "pretrained", "scratch", "kd", "direct")
 """Baselines the trainer knows: ``truncated`` fine-tunes the successor-sized model initialised like the
@@ -40,10 +37,6 @@ DEFAULT_BASELINES = ("truncated", "scratch", "kd")
 LR_SCHEDULES = ("linear", "constant")
 SCHEDULES = ("curriculum", "constant", "anti_curriculum")
 UNFREEZE = ("head", "all")
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass(frozen=True)
@@ -79,7 +72,7 @@ class Phase:
             value = getattr(self, name)
             if not is_int(value) or value < 1:
                 raise ValueError(f"Phase.{name} must be an integer >= 1, got {value!r}")
-        if not (_is_number(self.lr) and self.lr > 0):
+        if not (is_finite_number(self.lr) and self.lr > 0):
             raise ValueError(f"Phase.lr must be a finite number > 0, got {self.lr!r}")
         if self.lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"Phase.lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
@@ -87,9 +80,9 @@ class Phase:
             raise ValueError(
                 f"Phase.warmup_steps must be an integer in [0, steps={self.steps}], got {self.warmup_steps!r}"
             )
-        if not (_is_number(self.weight_decay) and self.weight_decay >= 0):
+        if not (is_finite_number(self.weight_decay) and self.weight_decay >= 0):
             raise ValueError(f"Phase.weight_decay must be a finite number >= 0, got {self.weight_decay!r}")
-        if self.max_grad_norm is not None and not (_is_number(self.max_grad_norm) and self.max_grad_norm > 0):
+        if self.max_grad_norm is not None and not (is_finite_number(self.max_grad_norm) and self.max_grad_norm > 0):
             raise ValueError(f"Phase.max_grad_norm must be None or a finite number > 0, got {self.max_grad_norm!r}")
 
     def lr_at(self, step: int) -> float:
@@ -175,7 +168,7 @@ class Recipe:
             raise ValueError(f"baselines must be a list of names from {', '.join(BASELINES)}, got {self.baselines!r}")
         object.__setattr__(self, "options", dict(self.options))
         object.__setattr__(self, "baselines", tuple(self.baselines))
-        if not _is_number(self.schedule_base) or not 0.0 <= self.schedule_base <= 1.0:
+        if not is_finite_number(self.schedule_base) or not 0.0 <= self.schedule_base <= 1.0:
             raise ValueError(f"schedule_base must be a number in [0, 1], got {self.schedule_base!r}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
@@ -186,7 +179,7 @@ class Recipe:
                 f"unfreeze_at_one must be null or one of {', '.join(UNFREEZE)}, got {self.unfreeze_at_one!r}"
             )
         for name in ("consistency_weight", "kd_weight"):
-            if not _is_number(getattr(self, name)) or getattr(self, name) < 0:
+            if not is_finite_number(getattr(self, name)) or getattr(self, name) < 0:
                 raise ValueError(f"{name} must be a finite number >= 0, got {getattr(self, name)!r}")
         if not self.theseus and not self.baselines:
             raise ValueError("theseus is false and there are no baselines: nothing to train after the predecessor")
@@ -199,8 +192,8 @@ class Recipe:
             )
         if self.patience is not None and (not is_int(self.patience) or self.patience < 1):
             raise ValueError(f"patience must be None or an integer >= 1, got {self.patience!r}")
-        if not (_is_number(self.kd_alpha) and 0.0 <= self.kd_alpha <= 1.0) or not (
-            _is_number(self.kd_temperature) and self.kd_temperature > 0
+        if not (is_finite_number(self.kd_alpha) and 0.0 <= self.kd_alpha <= 1.0) or not (
+            is_finite_number(self.kd_temperature) and self.kd_temperature > 0
         ):
             raise ValueError(
                 f"kd_alpha must be in [0, 1] and kd_temperature > 0, got {self.kd_alpha}, {self.kd_temperature}"
@@ -269,8 +262,6 @@ def _field_defaults(cls: type) -> dict[str, Any]:
     return {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
 
 
-_RECIPES: dict[str, Recipe] = {}
-
 CATALOGUE = tuple(f"theseus_zoo.recipes.{family}" for family in ("toy", "text", "images", "graphs", "causal_lm"))
 """The built-in recipe modules: data only (they import nothing but this module), so listing every recipe imports
 no model library."""
@@ -278,41 +269,29 @@ no model library."""
 ENTRY_POINT_GROUP = "theseus_zoo.recipes"
 """Other packages add recipes by naming a module in this entry-point group; importing it registers them."""
 
-_discovered = False
-
-
-def _discover() -> None:
-    """Imports the built-in catalogue and every entry point's module, once."""
-    global _discovered
-    if _discovered:
-        return
-    _discovered = True
-    for module in CATALOGUE:
-        importlib.import_module(module)
-    for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        entry_point.load()
+RECIPES: Registry[Recipe] = Registry(
+    "recipe",
+    entry_point_group=ENTRY_POINT_GROUP,
+    entry_points="modules",
+    modules=CATALOGUE,
+    where="`theseus recipes` lists them",
+)
+"""Every recipe by name: the built-in catalogue, entry points and `register_recipe`."""
 
 
 def register_recipe(recipe: Recipe) -> Recipe:
     """Adds a recipe to the catalogue; a name used twice raises `KeyError`."""
-    if recipe.name in _RECIPES:
-        raise KeyError(f"a recipe named {recipe.name!r} is already registered")
-    _RECIPES[recipe.name] = recipe
-    return recipe
+    return RECIPES.register(recipe.name, recipe)
 
 
 def get_recipe(name: str) -> Recipe:
     """The recipe named ``name``, from the built-in catalogue, entry points and `register_recipe`."""
-    _discover()
-    if name not in _RECIPES:
-        raise ValueError(f"unknown recipe {name!r}; `theseus recipes` lists them: {', '.join(sorted(_RECIPES))}")
-    return _RECIPES[name]
+    return RECIPES.get(name)
 
 
 def list_recipes(pattern: str = "*") -> list[Recipe]:
     """The recipes whose name matches the glob ``pattern``, sorted by name."""
-    _discover()
-    return [_RECIPES[name] for name in sorted(_RECIPES) if fnmatch.fnmatchcase(name, pattern)]
+    return RECIPES.list(pattern)
 
 
 def load_overrides(path: Path) -> dict[str, Any]:

@@ -7,8 +7,6 @@ baselines, and export. The trainer knows nothing else about models.
 
 from __future__ import annotations
 
-import importlib
-import importlib.metadata
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -17,6 +15,7 @@ import torch
 from torch import nn
 
 import theseus_core as th
+from theseus_zoo.registry import Registry
 
 
 class Task(Protocol):
@@ -106,8 +105,6 @@ class ScoresAccuracy:
         return self.score(self.predictions(model, split), split)
 
 
-_FAMILIES: dict[str, Callable[[dict[str, Any], int], Task]] = {}
-
 BUILT_IN_FAMILIES = {
     "toy": "theseus_zoo.tasks.toy:ToyTask",
     "bert": "theseus_zoo.tasks.text:TextClassificationTask",
@@ -120,42 +117,33 @@ BUILT_IN_FAMILIES = {
 ENTRY_POINT_GROUP = "theseus_zoo.families"
 """Other packages add families as entry points in this group: ``name = "package.module:builder"``."""
 
+FamilyBuilder = Callable[[dict[str, Any], int], Task]
+"""``builder(options, seed) -> Task``: what a family registers."""
 
-def register_family(
-    name: str,
-) -> Callable[[Callable[[dict[str, Any], int], Task]], Callable[[dict[str, Any], int], Task]]:
+FAMILIES: Registry[FamilyBuilder] = Registry(
+    "model family", entry_point_group=ENTRY_POINT_GROUP, entry_points="entries", built_in=BUILT_IN_FAMILIES
+)
+"""Every family's ``builder(options, seed) -> Task`` by name: built in, registered, and from entry points."""
+
+
+def register_family(name: str) -> Callable[[FamilyBuilder], FamilyBuilder]:
     """Registers ``builder(options, seed) -> Task`` under ``name``; a name already registered or built in raises
     `KeyError`."""
 
-    def decorator(builder):
-        if name in _FAMILIES or name in BUILT_IN_FAMILIES:
-            raise KeyError(f"a model family named {name!r} is already registered")
-        _FAMILIES[name] = builder
-        return builder
+    def decorator(builder: FamilyBuilder) -> FamilyBuilder:
+        return FAMILIES.register(name, builder)
 
     return decorator
 
 
 def family_names() -> list[str]:
     """Every family a recipe may name: built in, registered, and from entry points."""
-    entry_points = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
-    return sorted({*BUILT_IN_FAMILIES, *_FAMILIES, *(entry_point.name for entry_point in entry_points)})
+    return FAMILIES.names()
 
 
-def family_builder(family: str) -> Callable[[dict[str, Any], int], Task]:
+def family_builder(family: str) -> FamilyBuilder:
     """The builder of ``family``; imports its module the first time. Raises `ValueError` for an unknown name."""
-    if family in _FAMILIES:
-        return _FAMILIES[family]
-    if family in BUILT_IN_FAMILIES:
-        module, _, attribute = BUILT_IN_FAMILIES[family].partition(":")
-        builder = getattr(importlib.import_module(module), attribute)
-    else:
-        entry_points = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP, name=family)
-        if not entry_points:
-            raise ValueError(f"unknown model family {family!r}; known: {', '.join(family_names())}")
-        builder = next(iter(entry_points)).load()
-    _FAMILIES[family] = builder
-    return builder
+    return FAMILIES.get(family)
 
 
 def build_task(family: str, options: dict[str, Any], seed: int) -> Task:

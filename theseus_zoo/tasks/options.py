@@ -11,13 +11,12 @@ between fields (a layer count below another) stay with the family, which knows w
 from __future__ import annotations
 
 import dataclasses
-import math
 import types
 import typing
 from collections.abc import Mapping
 from typing import Any, Literal, TypeVar, Union
 
-from theseus_zoo._checks import is_int
+from theseus_core.checks import is_finite_number, is_int
 
 Options = TypeVar("Options")
 
@@ -84,18 +83,11 @@ def _convert(value: Any, annotation: Any) -> Any:
         if is_int(value):
             return value
     elif annotation is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and _finite(value):
+        if is_finite_number(value):
             return value
     elif isinstance(value, annotation):
         return value
     raise TypeError(_describe(annotation))
-
-
-def _finite(value: float) -> bool:
-    try:
-        return math.isfinite(value)
-    except OverflowError:  # an integer too large for a float
-        return False
 
 
 _PLURALS = {"an integer": "integers", "a finite number": "finite numbers", "a string": "strings"}
