@@ -130,7 +130,9 @@ def whisper_encoder() -> Case:
 @case("transformers T5 encoder")
 def t5_encoder() -> Case:
     model = hf("T5Config", "T5EncoderModel", vocab_size=64, d_model=16, d_kv=8, d_ff=32, num_layers=4, num_heads=2)
-    return Case(model, halves(model, "encoder.block"), (tokens(),), refused=r"passes state from one layer")
+    return Case(
+        model, halves(model, "encoder.block"), (tokens(),), refused=r"layer 1 of the group with another 'position_bias'"
+    )
 
 
 @case("transformers T5 encoder, groups of 1")
@@ -352,7 +354,9 @@ class LSTMStack(nn.Module):
 def lstm() -> Case:
     torch.manual_seed(0)
     model = LSTMStack()
-    return Case(model, halves(model, "layers"), (torch.randn(2, 5, 8),), refused=r"passes state from one layer")
+    return Case(
+        model, halves(model, "layers"), (torch.randn(2, 5, 8),), refused=r"changes the hidden states between layers 0"
+    )
 
 
 @case("torch MLP nn.Sequential (the root)")

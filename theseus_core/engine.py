@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from .prepare import Prepared, check_arguments, check_eval_route, check_successors, prepare
+from .prepare import Prepared, check_arguments, check_eval_route, check_successors, example_batches, prepare
 from .registry import SuccessorRegistry
 from .site import PredecessorChain, ReplacementSite, Router, boundary_width
 from .spec import ModuleSpec, Plan
@@ -32,7 +32,7 @@ def replace_(
     train_others: bool = False,
     eval_route: str = "successor",
     predecessor_eval: bool = False,
-    example_inputs: tuple[Any, ...] | None = None,
+    example_inputs: tuple[Any, ...] | list[tuple[Any, ...] | Mapping[str, Any]] | None = None,
     example_kwargs: Mapping[str, Any] | None = None,
     compile: bool | Mapping[str, Any] = False,
     registry: SuccessorRegistry | None = None,
@@ -64,18 +64,27 @@ def replace_(
             model trains (no dropout in them, batch norm uses its running
             statistics). Off by default, so that rate 0 reproduces the original
             model in training mode. (default: ``False``)
-        example_inputs, example_kwargs: One batch, ``model(*example_inputs,
-            **example_kwargs)``; ``example_inputs`` is a tuple. With them,
-            `replace_` verifies before it accepts: it runs the original model once
-            (training mode, no grad, a fixed torch seed) and checks every
-            successor against its group's real input and output shapes; after the
-            surgery it runs the model again at rate 0 from the same RNG state, and
-            unless the output is exactly the original's (and frozen buffers kept
-            still) it undoes the surgery and raises `VerificationError` naming the
-            group and the likely cause. Without them nothing is verified: a model
-            whose code hands state between the layers of a group (T5's
-            position_bias) or indexes its layers would be accepted and then be
-            wrong. The runs leave the model, its buffers and the RNG as they were.
+        example_inputs, example_kwargs: Example batches. ``example_inputs`` is one
+            batch's positional arguments (a tuple, ``model(*example_inputs,
+            **example_kwargs)``) or a list of batches, each a tuple of positional
+            arguments or a dict of keyword arguments; ``example_kwargs`` goes to
+            every batch. A plan may add batches of its own (`Plan.more_examples`:
+            `theseus_adapters.hf` adds one longer than any attention window of the
+            config). With them, `replace_` verifies before it accepts: it runs the
+            original on every batch in training mode (no grad, a fixed torch seed)
+            and in eval mode, checks that it gives the same output twice, neither
+            rebuilds its modules nor writes its weights, and checks every successor
+            against its group's real input and output shapes; after the surgery it
+            runs the model again at rate 0 (in eval mode the sites run their
+            predecessors), and unless every output is exactly the original's and
+            every frozen parameter and buffer is as it was, it undoes the surgery
+            and raises `VerificationError` naming the group and the cause. Without
+            them nothing is verified: a model whose code hands state between the
+            layers of a group (T5's position_bias) or indexes its layers would be
+            accepted and then be wrong. Verification sees only the batches it gets:
+            a sliding window shorter than their sequences changes nothing, so give
+            one batch longer than any window. The runs leave the model, its buffers
+            and the RNG as they were.
         compile: ``True`` or a dict of ``torch.compile`` options: compile the model
             and each branch of each site separately, so that changing routes never
             recompiles. Shapes are static (``dynamic=False``) unless the dict sets
@@ -101,8 +110,9 @@ def replace_(
     prepared = prepare(model, specs, registry)
     frozen = frozen_modules(model, [m for item in prepared for m in item.group.modules], train_others)
     run = None
-    if example_inputs is not None or example_kwargs is not None:
-        run = ExampleRun(model, tuple(example_inputs or ()), dict(example_kwargs or {}), int(seed), frozen)
+    batches = example_batches(example_inputs, example_kwargs, specs)
+    if batches:
+        run = ExampleRun(model, batches, int(seed), frozen)
         reference = run_original(run, [item.group for item in prepared], predecessor_eval)
         check_successors(prepared, reference.group_inputs, reference.group_outputs)
     modes = [(module, module.training) for module in model.modules()]

@@ -20,6 +20,7 @@ from .site import (
     make_projection,
     primary_output,
     primary_parameter_name,
+    with_primary_output,
 )
 from .spec import ModuleSpec, ResolvedGroup, resolve
 
@@ -75,11 +76,20 @@ def check_arguments(
     if not isinstance(seed, Integral) or isinstance(seed, bool):
         raise TypeError(f"seed must be an integer, got {seed!r}")
     check_eval_route(eval_route)
-    if example_inputs is not None and not isinstance(example_inputs, tuple):
+    if example_inputs is not None and not isinstance(example_inputs, (tuple, list)):
         raise TypeError(
-            f"example_inputs must be a tuple of the model's positional arguments, e.g. (x,), "
-            f"got {type(example_inputs).__name__}"
+            f"example_inputs must be a tuple of the model's positional arguments, e.g. (x,), or a list of "
+            f"batches (tuples or dicts of keyword arguments), got {type(example_inputs).__name__}"
         )
+    if isinstance(example_inputs, list):
+        if not example_inputs:
+            raise ValueError("example_inputs is an empty list; give at least one batch, or None to skip verifying")
+        for index, batch in enumerate(example_inputs):
+            if not isinstance(batch, (tuple, Mapping)):
+                raise TypeError(
+                    f"example_inputs[{index}] must be a tuple of positional arguments or a dict of keyword "
+                    f"arguments, got {type(batch).__name__}"
+                )
     if example_kwargs is not None and not isinstance(example_kwargs, Mapping):
         raise TypeError(f"example_kwargs must be a mapping of keyword arguments, got {type(example_kwargs).__name__}")
     for name, module in model.named_modules():
@@ -89,6 +99,22 @@ def check_arguments(
                 f"before calling replace_ again"
             )
     return compile_options(compile)
+
+
+def example_batches(example_inputs: Any, example_kwargs: Any, specs: Any) -> list[tuple[tuple, dict[str, Any]]]:
+    """The (positional, keyword) arguments of every batch `replace_` verifies on: the user's (``example_kwargs``
+    merged into each), then those the plan adds from the first (`Plan.more_examples`). Empty without examples."""
+    if example_inputs is None and example_kwargs is None:
+        return []
+    shared = dict(example_kwargs or {})
+    given = example_inputs if isinstance(example_inputs, list) else [tuple(example_inputs or ())]
+    batches = [
+        ((), {**shared, **batch}) if isinstance(batch, Mapping) else (tuple(batch), dict(shared)) for batch in given
+    ]
+    more = getattr(specs, "more_examples", None)
+    if more is not None:
+        batches += [(tuple(args), dict(kwargs)) for args, kwargs in more(*batches[0])]
+    return batches
 
 
 def compile_options(compile: Any) -> dict[str, Any] | None:
@@ -220,8 +246,8 @@ def check_successors(prepared: list[Prepared], group_inputs: list[Any], group_ou
                 output = item.successor(*args, **kwargs)
         except Exception as error:
             error.add_note(
-                f"(the successor for group {path!r} failed on the group's input from example_inputs; "
-                f"if its width differs, add in_proj='linear' / out_proj='linear')"
+                f"(the successor for group {path!r} failed on the group's input from the first example batch"
+                f"{_width_hint(item)})"
             )
             raise
         finally:
@@ -234,12 +260,32 @@ def check_successors(prepared: list[Prepared], group_inputs: list[Any], group_ou
             )
 
 
+def _width_hint(item: Prepared) -> str:
+    """Advice for a successor that failed on its group's input, when its widths say what is wrong."""
+    hints = []
+    for side, end, module, projection in (
+        ("in_proj", "in", item.group.modules[0], item.successor.in_proj),
+        ("out_proj", "out", item.group.modules[-1], item.successor.out_proj),
+    ):
+        theirs, ours = boundary_width(module, end), boundary_width(item.successor.inner, end)
+        if projection is None and theirs is not None and ours is not None and theirs[0] != ours[0]:
+            hints.append(f"its {end}put width is {ours[0]}, the group's {theirs[0]}: add {side}='linear'")
+    return "; " + "; ".join(hints) if hints else ""
+
+
 def _shape_hint(successor: nn.Module, expected: Any, actual: Any) -> str:
     """What to do about a successor whose output differs: a width a projection fixes, or a shape none does."""
     try:
+        marker = torch.empty(0)
+        rest = _structure(with_primary_output(expected, marker)), _structure(with_primary_output(actual, marker))
         expected, actual = primary_output(expected), primary_output(actual)
-    except TypeError:
+    except (TypeError, IndexError, StopIteration):
         return "fix the successor"
+    if rest[0] != rest[1]:
+        return (
+            "they differ beyond the tensor that flows on (the other items of the output a block carries), which "
+            "no projection fixes; make the successor return what the group returns"
+        )
     if expected.dim() != actual.dim():
         return "fix the successor"
     differing = [d for d in range(expected.dim()) if expected.shape[d] != actual.shape[d]]

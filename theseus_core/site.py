@@ -137,8 +137,21 @@ def _declares_width(layer: nn.Module) -> bool:
     )
 
 
-def _conv_dims(layer: nn.Module) -> int:
-    return len(layer.kernel_size) if isinstance(layer, nn.modules.conv._ConvNd) else 0
+def _conv_dims(layer: nn.Module, side: str = "in") -> int:
+    """How the layer lays out its features, from its weights rather than its attribute names (issue 25: timm's
+    ``ConvNormAct`` declares ``in_channels`` like a torch-geometric layer but is a convolution): the number of
+    spatial dimensions of its first (``side="in"``) or last convolution, 0 when that weight is a matrix (features
+    last)."""
+    if isinstance(layer, nn.modules.conv._ConvNd):
+        return len(layer.kernel_size)
+    weighted = [m for m in layer.modules() if isinstance(getattr(m, "weight", None), torch.Tensor)]
+    weighted = [m for m in weighted if m.weight.dim() > 1]
+    if not weighted:
+        return 0
+    inner = weighted[0] if side == "in" else weighted[-1]
+    if isinstance(inner, nn.modules.conv._ConvNd):
+        return len(inner.kernel_size)
+    return 0 if isinstance(inner, (nn.Linear, nn.Embedding)) or inner.weight.dim() == 2 else inner.weight.dim() - 2
 
 
 def _boundary_layer(module: nn.Module, side: str) -> nn.Module | None:
@@ -153,8 +166,8 @@ def _boundary_layer(module: nn.Module, side: str) -> nn.Module | None:
         return None
     if side == "in":
         return layers[0]
-    kind = _conv_dims(layers[0])
-    return next(layer for layer in reversed(layers) if _conv_dims(layer) == kind)
+    kind = _conv_dims(layers[0], "in")
+    return next((layer for layer in reversed(layers) if _conv_dims(layer, "out") == kind), layers[-1])
 
 
 def boundary_width(module: nn.Module, side: str) -> tuple[int, int] | None:
@@ -168,7 +181,7 @@ def boundary_width(module: nn.Module, side: str) -> tuple[int, int] | None:
         return None
     if isinstance(layer, nn.Linear):
         return (layer.in_features if side == "in" else layer.out_features), 0
-    return (layer.in_channels if side == "in" else layer.out_channels), _conv_dims(layer)
+    return (layer.in_channels if side == "in" else layer.out_channels), _conv_dims(layer, side)
 
 
 def make_projection(in_width: int, out_width: int, conv_dims: int) -> nn.Module:

@@ -117,10 +117,16 @@ class Plan(Sequence[ModuleSpec]):
         specs: The groups to replace; they must not overlap.
         on_finalize: Called with the model after every site became its
             successor, before `Theseus.finalize` returns. (default: ``None``)
+        more_examples: Called with the first example batch given to `replace_`
+            (its positional and keyword arguments), returns more batches to verify
+            on, as ``(args, kwargs)`` pairs: what the family's config says the
+            user's batch may miss (`theseus_adapters.hf`: a sequence longer than
+            any attention window). (default: ``None``)
     """
 
     specs: tuple[ModuleSpec, ...]
     on_finalize: Callable[[nn.Module], None] | None = field(default=None, compare=False)
+    more_examples: Callable[..., list[tuple[tuple, dict[str, Any]]]] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "specs", tuple(self.specs))

@@ -1,35 +1,45 @@
-"""Trust by running: with example inputs, `replace_` runs the model once before the surgery and once after
-it at rate 0, and accepts only when the two agree exactly.
+"""Trust by running: with example batches, `replace_` runs the model before the surgery and after it at rate 0,
+and accepts only when the runs agree exactly.
 
-Both runs are training-mode forwards without grad from the same torch RNG state (the same dropout masks),
-on fresh copies of the example inputs; every buffer and module mode is put back after each run, so the
-runs leave no trace. The original runs with its parameters frozen as `replace_` will freeze them: whether
-a weight requires grad can change how torch computes a matmul (``at::matmul`` folds batch dimensions
-depending on it; nn.MultiheadAttention then differs by an ulp), which is no fault of the sites.
+Every example batch runs in training mode and in eval mode (issue 25: a model may use its layers differently in
+eval mode, RWKV rescales their weights there). Training-mode runs are forwards without grad from the same torch
+RNG state (the same dropout masks); at rate 0 in eval mode the sites run their predecessors. Each run is on fresh
+copies of the batch, and leaves no trace: every parameter, buffer, submodule, attribute and module mode is put
+back after it. The original runs with its parameters frozen as `replace_` will freeze them: whether a weight
+requires grad can change how torch computes a matmul (``at::matmul`` folds batch dimensions depending on it;
+nn.MultiheadAttention then differs by an ulp), which is no fault of the sites.
 
-At rate 0 every site runs its predecessor group, so any difference comes from what the sites change around
-the groups: a loop that hands state from one layer to the next, or a container that indexes or inspects
-its layers.
+Before blaming the sites, the original is checked against itself: run twice from the same RNG state it must give
+the same output (else it draws randomness outside torch's RNG, such as numpy's), it must not rebuild its modules
+for the input (BigBird switching to full attention) nor write its own weights (RWKV's ``rescale_every``). When a
+group then differs at rate 0, the original's own calls of the group's layers say why: a layer called with other
+arguments than the group's first (a per-layer mask, T5's ``position_bias``), hidden states changed between two
+layers (a residual or a convolution in the loop), or the torch RNG advanced differently before the group (a loop
+that draws per layer: LayerDrop).
 """
 
 from __future__ import annotations
 
 import copy
+import inspect
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
-from .site import ReplacementSite
+from .site import ReplacementSite, primary_output, primary_parameter_name, split_primary
 from .spec import ResolvedGroup
+
+Batch = tuple[tuple[Any, ...], dict[str, Any]]
+"""One example batch: the model's positional and keyword arguments."""
 
 
 class VerificationError(ValueError):
-    """`replace_` ran the model with its sites at rate 0 and did not get the original back; the model was
-    restored before this was raised."""
+    """`replace_` ran the model on the example batches and could not show that the sites at rate 0 give the
+    original back (or the original itself cannot be compared run to run); the model was left as it was."""
 
 
 def copied(value: Any) -> Any:
@@ -79,59 +89,121 @@ def difference(actual: Any, expected: Any) -> str | None:
     return None
 
 
-@dataclass
-class Reference:
-    """What the original model did on the example inputs."""
+def _argument_difference(first: Any, other: Any) -> str | None:
+    """How an argument a layer got differs from the one the group's first layer got, or ``None``."""
+    if isinstance(first, torch.Tensor) != isinstance(other, torch.Tensor) or (first is None) != (other is None):
+        return f"{_kind(other)} instead of {_kind(first)}"
+    if tensors(first) or tensors(other):
+        return difference(other, first)
+    try:
+        return None if bool(first == other) else f"{other!r} instead of {first!r}"
+    except Exception:  # an object without a usable ==
+        return None
 
-    output: Any
-    group_inputs: list[tuple[tuple[Any, ...], dict[str, Any]]]  # per group: its first module's first call
-    group_outputs: list[Any]  # per group: its last module's first output
+
+def _kind(value: Any) -> str:
+    return "None" if value is None else f"a {type(value).__name__}"
+
+
+@dataclass
+class Trace:
+    """What one run showed at the entries it watched (groups in the original, sites after the surgery)."""
+
+    output: Any = None
+    inputs: dict[int, Batch] = field(default_factory=dict)  # per entry: its first call's arguments
+    outputs: dict[int, Any] = field(default_factory=dict)  # per entry: its first output
+    rng: dict[int, torch.Tensor] = field(default_factory=dict)  # per entry: the torch RNG state as it started
+    order: list[int] = field(default_factory=list)  # entries in the order they first ran
+    running: list[int] = field(default_factory=list)  # entries entered and not yet left
+    layer_calls: dict[int, list[tuple[Batch, Any]]] = field(default_factory=dict)  # per group: each layer's call
+    written: list[tuple[nn.Module, str]] = field(default_factory=list)  # tensors the run changed in place
+    rebuilt: list[str] = field(default_factory=list)  # submodules or parameters the run replaced
 
 
 @dataclass
 class ExampleRun:
-    """One training-mode forward of a model on example inputs that leaves no trace."""
+    """Forwards of a model on example batches that leave no trace."""
 
     model: nn.Module
-    inputs: tuple[Any, ...]
-    kwargs: dict[str, Any]
+    batches: list[Batch]
     seed: int
     frozen: Sequence[nn.Module]  # the modules whose parameters do not require grad while replacing
 
-    def __call__(self, set_modes: Callable[[], None] = lambda: None) -> tuple[Any, list[tuple[nn.Module, str]]]:
-        """Runs the model; returns its output and the (module, buffer name) pairs the run changed."""
-        buffers = [
-            (module, name, tensor, tensor.detach().clone())
-            for module in self.model.modules()
-            for name, tensor in module._buffers.items()
-            if tensor is not None
-        ]
-        modes = [(module, module.training) for module in self.model.modules()]
+    def __call__(self, trace: Trace, batch: Batch, training: bool, set_modes: Callable[[], None]) -> Trace:
+        """Runs the model on ``batch`` in the given mode and fills ``trace`` with its output, the tensors the
+        run changed in place and the modules it rebuilt; puts everything back afterwards."""
+        modules = list(self.model.named_modules(remove_duplicate=True))
+        saved = [_ModuleState(name, module) for name, module in modules]
         flags = [(param, param.requires_grad) for param in self.model.parameters()]
         devices = sorted({t.device.index or 0 for t in (*self.model.parameters(), *self.model.buffers()) if t.is_cuda})
         try:
-            self.model.train()
+            self.model.train(training)
             set_modes()
             for module in self.frozen:
                 module.requires_grad_(False)
             with torch.random.fork_rng(devices=devices), torch.no_grad():
                 torch.manual_seed(self.seed)
-                output = copied(self.model(*copied(self.inputs), **copied(self.kwargs)))
-            changed = [
-                (module, name)
-                for module, name, tensor, saved in buffers
-                if module._buffers.get(name) is not tensor or difference(tensor, saved) is not None
-            ]
+                inputs, kwargs = batch
+                trace.output = copied(self.model(*copied(inputs), **copied(kwargs)))
         finally:
-            with torch.no_grad():
-                for module, name, tensor, saved in buffers:
-                    tensor.copy_(saved)
-                    module._buffers[name] = tensor
-            for module, training in modes:
-                module.training = training
+            for state in saved:
+                state.compare(trace)
+            for state in saved:
+                state.restore()
             for param, requires_grad in flags:
                 param.requires_grad_(requires_grad)
-        return output, changed
+        return trace
+
+
+class _ModuleState:
+    """One module's tensors, children and attributes before a run, to compare with and to put back."""
+
+    def __init__(self, name: str, module: nn.Module) -> None:
+        self.name, self.module = name, module
+        self.attributes = dict(module.__dict__)
+        self.children = dict(module._modules)
+        self.parameters = dict(module._parameters)
+        self.buffers = dict(module._buffers)
+        self.values = {
+            key: tensor.detach().clone()
+            for key, tensor in (*module._parameters.items(), *module._buffers.items())
+            if tensor is not None
+        }
+
+    def compare(self, trace: Trace) -> None:
+        module, where = self.module, self.name or "the model"
+        for table, before, kind in (
+            (module._modules, self.children, "submodule"),
+            (module._parameters, self.parameters, "parameter"),
+        ):
+            for key in sorted(set(table) | set(before)):
+                if table.get(key) is not before.get(key):
+                    trace.rebuilt.append(f"{kind} {key!r} of {where} ({type(module).__name__})")
+        for key, saved in self.values.items():
+            tensor = module._parameters.get(key, module._buffers.get(key))
+            if tensor is not None and (tensor.shape != saved.shape or difference(tensor, saved) is not None):
+                trace.written.append((module, key))
+
+    def restore(self) -> None:
+        module = self.module
+        for key in [key for key in module.__dict__ if key not in self.attributes]:
+            del module.__dict__[key]
+        for key, value in self.attributes.items():
+            if module.__dict__.get(key) is not value:
+                module.__dict__[key] = value
+        for table, before in (
+            (module._modules, self.children),
+            (module._parameters, self.parameters),
+            (module._buffers, self.buffers),
+        ):
+            if table != before or any(table[key] is not value for key, value in before.items()):
+                table.clear()
+                table.update(before)
+        with torch.no_grad():
+            for key, saved in self.values.items():
+                tensor = self.parameters.get(key, self.buffers.get(key))
+                if tensor is not None and tensor.shape == saved.shape and difference(tensor, saved) is not None:
+                    tensor.copy_(saved)
 
 
 @contextmanager
@@ -144,126 +216,332 @@ def _hooks(register: Iterator[Any]) -> Iterator[None]:
             handle.remove()
 
 
-def run_original(run: ExampleRun, groups: Sequence[ResolvedGroup], predecessor_eval: bool) -> Reference:
-    """Runs the model before the surgery and records each group's first input and output."""
-    inputs: dict[int, Any] = {}
-    outputs: dict[int, Any] = {}
+def _watch(trace: Trace, entries: Sequence[tuple[nn.Module, nn.Module]], layers: Sequence[Sequence[nn.Module]] = ()):
+    """Hooks filling ``trace``: each entry is (module where it starts, module where it ends); ``layers``, per
+    entry, the modules whose every first call is recorded (the original's layers, to explain a difference)."""
 
-    def record_input(index: int, args: tuple, kwargs: dict) -> None:  # a hook returning something would
-        inputs.setdefault(index, (copied(args), copied(kwargs)))  # replace the input, so these return None
+    def enter(index: int, args: tuple, kwargs: dict) -> None:  # a hook returning something would replace
+        trace.running.append(index)  # the input, so these return None
+        if index not in trace.order:
+            trace.order.append(index)
+            trace.inputs[index] = (copied(args), copied(kwargs))
+            trace.rng[index] = torch.get_rng_state()
 
-    def record_output(index: int, output: Any) -> None:
-        outputs.setdefault(index, copied(output))
+    def leave(index: int, output: Any) -> None:
+        if trace.running:
+            trace.running.pop()
+        trace.outputs.setdefault(index, copied(output))
 
-    def register():
-        for index, group in enumerate(groups):
-            yield group.modules[0].register_forward_pre_hook(
-                lambda m, a, k, i=index: record_input(i, a, k), with_kwargs=True
+    def called(index: int, position: int, args: tuple, kwargs: dict) -> None:
+        calls = trace.layer_calls.setdefault(index, [])
+        if len(calls) == position:
+            calls.append(((copied(args), copied(kwargs)), None))
+
+    def returned(index: int, position: int, output: Any) -> None:
+        calls = trace.layer_calls.get(index, [])
+        if len(calls) == position + 1 and calls[position][1] is None:
+            calls[position] = (calls[position][0], copied(output))
+
+    for index, (first, last) in enumerate(entries):
+        yield first.register_forward_pre_hook(lambda m, a, k, i=index: enter(i, a, k), with_kwargs=True)
+        yield last.register_forward_hook(lambda m, a, out, i=index: leave(i, out))
+    for index, modules in enumerate(layers):
+        for position, module in enumerate(modules):
+            yield module.register_forward_pre_hook(
+                lambda m, a, k, i=index, p=position: called(i, p, a, k), with_kwargs=True
             )
-            yield group.modules[-1].register_forward_hook(lambda m, a, out, i=index: record_output(i, out))
+            yield module.register_forward_hook(lambda m, a, out, i=index, p=position: returned(i, p, out))
 
-    def predecessors_in_eval():
+
+@dataclass
+class Reference:
+    """What the original model did on the example batches: per (batch, mode) run, its `Trace`."""
+
+    runs: list[tuple[int, bool, Trace]]  # (batch index, training, trace)
+
+    @property
+    def group_inputs(self) -> list[Batch]:
+        """Per group, its first module's first call in the first batch's training run."""
+        first = self.runs[0][2]
+        return [first.inputs[i] for i in range(len(first.inputs))]
+
+    @property
+    def group_outputs(self) -> list[Any]:
+        first = self.runs[0][2]
+        return [first.outputs[i] for i in range(len(first.outputs))]
+
+
+def _mode(training: bool) -> str:
+    return "training" if training else "eval"
+
+
+def _where(run: ExampleRun, index: int, training: bool) -> str:
+    several = f"example batch {index} in " if len(run.batches) > 1 else ""
+    return f"{several}{_mode(training)} mode"
+
+
+def _names(run: ExampleRun) -> dict[int, str]:
+    return {id(module): name or "the model" for name, module in run.model.named_modules()}
+
+
+def run_original(run: ExampleRun, groups: Sequence[ResolvedGroup], predecessor_eval: bool) -> Reference:
+    """Runs the model before the surgery on every batch in both modes, records each group's first input and
+    output, and checks that the original can be compared with itself; raises `VerificationError` if not."""
+
+    def predecessors_in_eval() -> None:
         if predecessor_eval:
             for group in groups:
                 for module in group.modules:
                     module.eval()
 
-    with _hooks(register()):
-        output, _ = run(predecessors_in_eval)
-    for index, group in enumerate(groups):
-        if index not in inputs or index not in outputs:
-            raise ValueError(f"group {group.path!r} did not run when the model ran on example_inputs; check the path")
-    return Reference(output, [inputs[i] for i in range(len(groups))], [outputs[i] for i in range(len(groups))])
-
-
-def verify(
-    run: ExampleRun, sites: Sequence[ReplacementSite], groups: Sequence[ResolvedGroup], reference: Reference
-) -> None:
-    """Runs the model with its sites at rate 0 and raises `VerificationError` unless it reproduces
-    ``reference`` exactly and leaves every frozen module's persistent buffers as they were."""
-    outputs: dict[int, Any] = {}
-    running: list[int] = []  # sites entered and not yet left
-    order: list[int] = []  # sites in the order they first ran
-
-    def enter(index: int) -> None:
-        running.append(index)
-        if index not in order:
-            order.append(index)
-
-    def leave(index: int, output: Any) -> None:
-        running.pop()
-        outputs.setdefault(index, copied(output))
-
-    def register():
-        for index, site in enumerate(sites):
-            yield site.register_forward_pre_hook(lambda m, a, i=index: enter(i))
-            yield site.register_forward_hook(lambda m, a, out, i=index: leave(i, out))
-
-    def container(index: int) -> str:
-        return f"`{groups[index].container_name or 'the model'}`"
-
-    with _hooks(register()):
-        try:
-            output, changed = run()
-        except Exception as error:
-            if running:
-                where = f"inside the site for group {groups[running[-1]].path!r}"
-                cause = (
-                    f"the group's modules cannot be called one after another with the arguments of the first "
-                    f"(the loop around {container(running[-1])} calls them differently)"
-                )
-            else:
-                last = f"after group {groups[order[-1]].path!r} ran" if order else "before any group ran"
-                index = order[-1] if order else 0
-                where = f"outside the sites, {last}"
-                cause = (
-                    f"the code around {container(index)} reads its modules (indexes the container, counts its "
-                    f"layers, or reads a layer's attributes), which the sites changed"
-                )
+    entries = [(group.modules[0], group.modules[-1]) for group in groups]
+    runs: list[tuple[int, bool, Trace]] = []
+    for index, batch in enumerate(run.batches):
+        for training in (True, False):
+            trace = Trace()
+            layers = [group.modules for group in groups] if index == 0 and training else ()
+            with _hooks(_watch(trace, entries, layers)):
+                try:
+                    run(trace, batch, training, predecessors_in_eval)
+                except Exception as error:
+                    raise VerificationError(
+                        f"the original model raised {type(error).__name__} on {_where(run, index, training)}, "
+                        f"before any change: {error}. Check example_inputs / example_kwargs (replace_ runs the "
+                        f"model on them in training and in eval mode). The model is unchanged."
+                    ) from error
+            _check_original(run, trace, index, training)
+            runs.append((index, training, trace))
+    for position, group in enumerate(groups):
+        if position not in runs[0][2].outputs:
             raise VerificationError(
-                f"replace_ ran the model at rate 0 with the sites in place and it raised {type(error).__name__} "
-                f"{where}: {error}. Likely cause: {cause}; use groups of size 1 there, or an adapter. "
+                f"group {group.path!r} did not run when the model ran on the example batch; check the path. "
                 f"The model is unchanged."
-            ) from error
-
-    for index in range(len(sites)):
-        if index not in order:
-            raise VerificationError(
-                f"at rate 0 the site for group {groups[index].path!r} never ran, though the group did in the "
-                f"original model: the code around {container(index)} does not call its modules one by one "
-                f"(it indexes or counts them); use an adapter. The model is unchanged."
             )
-    for index in order:
-        gap = difference(outputs[index], reference.group_outputs[index])
-        if gap is not None:
-            several = len(groups[index].keys) > 1
-            raise VerificationError(
-                f"at rate 0 the output of group {groups[index].path!r} {gap} from the original's. Likely cause: "
-                + (
-                    f"the loop around {container(index)} passes state from one layer to the next or changes the "
-                    f"hidden states between layers (position_bias? a convolution, dropout or a residual between "
-                    f"layers?), which a site of several layers skips; group sizes of 1 there, or an adapter, are "
-                    f"needed. "
-                    if several
-                    else f"the model calls the modules of {container(index)} in a way a site does not reproduce; "
-                    f"an adapter is needed. "
-                )
-                + "The model is unchanged."
-            )
-    gap = difference(output, reference.output)
+    again = Trace()
+    run(again, run.batches[0], True, predecessors_in_eval)
+    gap = difference(again.output, runs[0][2].output)
     if gap is not None:
         raise VerificationError(
-            f"at rate 0 every group returns what it did in the original model, but the model's output {gap}. "
-            f"Likely cause: the code around {container(order[0] if order else 0)} uses its modules in a way the "
-            f"sites change (it reads their attributes or counts them); an adapter is needed. The model is unchanged."
+            f"two training-mode runs of the original model on the same example batch from the same torch RNG "
+            f"state differ (the second {gap}): the model draws randomness outside torch's RNG (numpy or Python's "
+            f"random, e.g. SpecAugment's masks), so no run can be compared with another; make its training "
+            f"forward deterministic under torch.manual_seed (turn that augmentation off while replacing). "
+            f"The model is unchanged."
         )
-    frozen_ids = {id(module) for module in run.frozen}
-    names = {id(module): name for name, module in run.model.named_modules()}
-    for module, buffer in changed:
-        if id(module) in frozen_ids and buffer not in module._non_persistent_buffers_set:
+    return Reference(runs)
+
+
+def _check_original(run: ExampleRun, trace: Trace, index: int, training: bool) -> None:
+    if trace.rebuilt:
+        raise VerificationError(
+            f"running the original model on {_where(run, index, training)} replaced its own "
+            f"{', '.join(trace.rebuilt[:3])}{' ...' if len(trace.rebuilt) > 3 else ''}: the model rebuilds itself "
+            f"for this input (BigBird switches to full attention when the sequence is too short for its blocks), "
+            f"so the successors, built before, would not match it; give an example batch for which it keeps its "
+            f"modules (longer sequences), or configure it that way. The model is unchanged."
+        )
+    names = _names(run)
+    weights = [(m, key) for m, key in trace.written if key in m._parameters]
+    if weights:
+        module, key = weights[0]
+        raise VerificationError(
+            f"running the original model on {_where(run, index, training)} wrote into its own weights "
+            f"({names.get(id(module), '?')}.{key}, in place): a model that rescales or rewrites its parameters in "
+            f"a forward (RWKV's rescale_every) cannot keep its frozen predecessors frozen, and what it reaches "
+            f"through a site is only the group's first layer; turn that behaviour off (e.g. config.rescale_every=0)"
+            f" to replace it. The model is unchanged."
+        )
+
+
+def _container(groups: Sequence[ResolvedGroup], index: int) -> str:
+    return f"`{groups[index].container_name or 'the model'}`"
+
+
+def verify(run: ExampleRun, sites: Sequence[ReplacementSite], groups: Sequence[ResolvedGroup], reference: Reference):
+    """Runs the model with its sites at rate 0 (in eval mode, on their predecessors) on every batch in both modes
+    and raises `VerificationError` unless each run reproduces the original's exactly and leaves every frozen
+    tensor as it was."""
+    router = sites[0]._router if sites else None
+    for index, training, expected in reference.runs:
+        trace = Trace()
+        eval_route = router.eval_route if router is not None else None
+        if router is not None:
+            router.eval_route = "predecessor"
+        try:
+            with _hooks(_watch(trace, [(site, site) for site in sites])):
+                try:
+                    run(trace, run.batches[index], training, lambda: None)
+                except Exception as error:
+                    raise _raised(run, groups, trace, error, index, training) from error
+        finally:
+            if router is not None:
+                router.eval_route = eval_route
+        _compare(run, groups, trace, expected, reference.runs[0][2], index, training)
+
+
+def _raised(
+    run: ExampleRun, groups: Sequence[ResolvedGroup], trace: Trace, error: Exception, index: int, training: bool
+) -> VerificationError:
+    if trace.running:
+        position = trace.running[-1]
+        where = f"inside the site for group {groups[position].path!r}"
+        cause = (
+            f"the group's modules cannot be called one after another with the arguments of the first (the loop "
+            f"around {_container(groups, position)} calls them differently); use groups of size 1 there, or an "
+            f"adapter"
+            if len(groups[position].keys) > 1
+            else f"the loop around {_container(groups, position)} calls the module in a way the site does not "
+            f"reproduce; an adapter is needed"
+        )
+    else:
+        last = f"after group {groups[trace.order[-1]].path!r} ran" if trace.order else "before any group ran"
+        position = trace.order[-1] if trace.order else 0
+        where = f"outside the sites, {last}"
+        cause = (
+            f"the code around {_container(groups, position)} reads its modules (indexes the container, counts its "
+            f"layers, or reads a layer's attributes), which the sites changed; use an adapter"
+        )
+    return VerificationError(
+        f"replace_ ran the model at rate 0 ({_where(run, index, training)}) with the sites in place and it raised "
+        f"{type(error).__name__} {where}: {error}. Likely cause: {cause}. The model is unchanged."
+    )
+
+
+def _compare(
+    run: ExampleRun,
+    groups: Sequence[ResolvedGroup],
+    trace: Trace,
+    expected: Trace,
+    calls: Trace,
+    index: int,
+    training: bool,
+) -> None:
+    where = _where(run, index, training)
+    if trace.rebuilt:
+        raise VerificationError(
+            f"at rate 0 ({where}) the model replaced its own {', '.join(trace.rebuilt[:3])} while the sites were in "
+            f"place, which it did not do before; an adapter is needed. The model is unchanged."
+        )
+    for position in range(len(groups)):
+        if position not in trace.order:
             raise VerificationError(
-                f"the frozen module {names.get(id(module), '?')} ({type(module).__name__}) changed its buffer "
-                f"{buffer!r} in a training forward; theseus_core holds batch-norm statistics still but nothing "
-                f"else: make that module trainable (train_others=True) or keep it in eval mode. The model is "
-                f"unchanged."
+                f"at rate 0 ({where}) the site for group {groups[position].path!r} never ran, though the group "
+                f"did in the original model: the code around {_container(groups, position)} does not call its "
+                f"modules one by one (it indexes or counts them); use an adapter. The model is unchanged."
             )
+    for position in trace.order:
+        gap = difference(trace.outputs[position], expected.outputs[position])
+        if gap is not None:
+            raise VerificationError(
+                f"at rate 0 ({where}) the output of group {groups[position].path!r} {gap} from the original's. "
+                f"Likely cause: {_cause(groups, trace, expected, calls, position, training)} The model is unchanged."
+            )
+    gap = difference(trace.output, expected.output)
+    if gap is not None:
+        first = trace.order[0] if trace.order else 0
+        randomness = _rng_moved(groups, trace, expected, len(groups))
+        raise VerificationError(
+            f"at rate 0 ({where}) every group returns what it did in the original model, but the model's output "
+            f"{gap}. Likely cause: "
+            + (
+                randomness
+                or f"the code around {_container(groups, first)} uses its modules in a way the sites change (it "
+                f"reads their attributes or counts them); an adapter is needed."
+            )
+            + " The model is unchanged."
+        )
+    frozen = {id(module) for module in run.frozen}
+    names = _names(run)
+    for module, key in trace.written:
+        if id(module) in frozen and key not in module._non_persistent_buffers_set:
+            kind = "parameter" if key in module._parameters else "buffer"
+            raise VerificationError(
+                f"the frozen module {names.get(id(module), '?')} ({type(module).__name__}) changed its {kind} "
+                f"{key!r} in a {_mode(training)}-mode forward at rate 0; theseus_core holds batch-norm statistics "
+                f"still but nothing else: make that module trainable (train_others=True) or keep it in eval mode. "
+                f"The model is unchanged."
+            )
+
+
+def _rng_moved(groups: Sequence[ResolvedGroup], trace: Trace, expected: Trace, upto: int) -> str | None:
+    """The cause when the torch RNG had advanced differently before a group than in the original, else None."""
+    for position in trace.order:
+        if position > upto:
+            break
+        if position in expected.rng and not torch.equal(trace.rng[position], expected.rng[position]):
+            return (
+                f"the torch RNG had drawn a different amount when group {groups[position].path!r} started than in "
+                f"the original: the code around {_container(groups, position)} draws random numbers per layer "
+                f"(LayerDrop, which skips layers at random), so a site of several layers changes every later draw; "
+                f"set the layer-drop probability to 0 while replacing (a transformers config's layerdrop / "
+                f"encoder_layerdrop / decoder_layerdrop)."
+            )
+    return None
+
+
+def _arguments(
+    module: nn.Module, args: tuple, kwargs: dict, primary_name: str | None, path: str
+) -> tuple[Any, dict[str, Any]] | None:
+    """(primary input, every other argument by name) of one call of a layer; positional arguments are named
+    after the layer's signature (``#2`` where it has none)."""
+    try:
+        primary, rest, named = split_primary(args, kwargs, primary_name, path)
+    except TypeError:
+        return None
+    try:
+        names = list(inspect.signature(module.forward).parameters)[1:]
+    except (TypeError, ValueError):
+        names = []
+    positional = {names[i] if i < len(names) else f"#{i + 1}": value for i, value in enumerate(rest)}
+    return primary, {**positional, **named}
+
+
+def _cause(
+    groups: Sequence[ResolvedGroup], trace: Trace, expected: Trace, calls: Trace, position: int, training: bool
+) -> str:
+    """Why a group's output differs at rate 0, from how the original called the group's layers."""
+    group = groups[position]
+    container = _container(groups, position)
+    randomness = _rng_moved(groups, trace, expected, position) if training else None
+    if randomness is not None:
+        return randomness
+    if len(group.keys) > 1:
+        layers = calls.layer_calls.get(position, [])
+        primary_name = primary_parameter_name(group.modules[0])
+        if layers and layers[0][1] is not None:
+            first = _arguments(group.modules[0], *layers[0][0], primary_name, group.path)
+            for layer, ((arguments, _), (_, before)) in enumerate(zip(layers[1:], layers, strict=False), 1):
+                current = _arguments(group.modules[layer], *arguments, primary_name, group.path)
+                if first is None or current is None:
+                    continue
+                for name in [*first[1], *(name for name in current[1] if name not in first[1])]:
+                    gap = _argument_difference(first[1].get(name), current[1].get(name))
+                    if gap is not None:
+                        return (
+                            f"the loop around {container} calls layer {layer} of the group with another {name!r} "
+                            f"than layer 0 ({gap}: a per-layer mask such as a sliding window, or state one layer "
+                            f"hands the next, such as T5's position_bias), but a site passes its first layer's "
+                            f"arguments to every layer; use groups whose layers are called alike (groups of 1 "
+                            f"there), or an adapter."
+                        )
+                try:
+                    handed = primary_output(before) if before is not None else None
+                except TypeError:
+                    handed = None
+                if handed is not None and difference(current[0], handed) is not None:
+                    return (
+                        f"the loop around {container} changes the hidden states between layers {layer - 1} and "
+                        f"{layer} of the group (a residual, dropout, norm or convolution in the loop), which a "
+                        f"site of several layers skips; use groups of 1 there, or an adapter."
+                    )
+        return (
+            f"the loop around {container} passes state from one layer to the next or changes the hidden states "
+            f"between layers, which a site of several layers skips; group sizes of 1 there, or an adapter, are "
+            f"needed."
+        )
+    if not training:
+        return (
+            f"the code around {container} uses its layers differently in eval mode (it reads or rewrites a layer's "
+            f"attributes or weights, which a site passes through to its first layer only); an adapter is needed."
+        )
+    return f"the model calls the modules of {container} in a way a site does not reproduce; an adapter is needed."

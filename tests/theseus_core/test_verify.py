@@ -87,8 +87,11 @@ class Indexing(nn.Module):
 @pytest.mark.parametrize(
     ("build", "message"),
     [
-        (StatePassing, r"group 'layers\[0:2\]' differs by up to .* passes state from one layer to the next"),
-        (ConvAfterFirst, r"group 'layers\[0:2\]' differs by up to .* group sizes of 1 there, or an adapter"),
+        (
+            StatePassing,
+            r"group 'layers\[0:2\]' differs by up to .* calls layer 1 of the group with another 'position_bias'",
+        ),
+        (ConvAfterFirst, r"group 'layers\[0:2\]' differs .* changes the hidden states between layers 0 and 1 of the"),
         (Indexing, r"raised IndexError outside the sites, after group 'layers\[2:4\]' ran.*`layers` reads its"),
     ],
 )
@@ -256,7 +259,7 @@ def test_a_refused_model_keeps_every_module_mode():
     model = StatePassing().train()
     model.layers[1].eval()  # a mode the container's train() would not give back
     before = snapshot(model)
-    with pytest.raises(th.VerificationError, match="passes state from one layer"):
+    with pytest.raises(th.VerificationError, match="another 'position_bias' than layer 0"):
         th.replace_(
             model,
             th.plan(model, "layers", num_groups=2, successor=th.copy_module(0)),
