@@ -10,6 +10,10 @@ safetensors when the ``safetensors`` package is installed, else a ``torch.save``
 file. The quantized layers' latent weights become the quantized weights ŵ themselves; the
 quantizers are idempotent (see `theseus_quant.quantizers`), so the loaded model computes the same
 outputs bit for bit. Training can go on from there, from ŵ rather than the lost latent weights.
+
+`save_quantized` / `load_quantized` own a quantized model's folder: the packed weights plus ``quantization.json``, a
+versioned `QuantizedLayout` saying which layer is ternary, binary or a TWS pair, at which activation bits, and which
+attention modules were quantized; `load_quantized` rebuilds that structure on a float model a caller builds.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .layers import QuantEmbedding, QuantLinear
+from .layers import BinarySplitEmbedding, BinarySplitLinear, QuantEmbedding, QuantizedInPlace, QuantLinear
 from .quantizers import dequantize
 
 FORMAT = "theseus_quant.packed/1"
@@ -191,3 +195,142 @@ def load_packed(model: nn.Module | Callable[[], nn.Module], path: str | os.PathL
         state[f"{prefix}.weight"] = dequantize(codes, tensors[f"{prefix}.weight.scales"], entry["granularity"])
     model.load_state_dict(state, strict=True)
     return model
+
+
+# ------------------------------------------------------------ a quantized model's folder: layout + packed weights
+
+LAYOUT_FILE, PACKED_FILE = "quantization.json", "model.packed.safetensors"
+"""The two files `save_quantized` writes: which layer is what, and the packed weights."""
+LAYOUT_FORMAT, LAYOUT_VERSION = "theseus_quant.layout", 1
+LAYER_KINDS = ("ternary", "binary", "split")
+
+
+@dataclass(frozen=True)
+class QuantizedLayout:
+    """How a quantized model was built from its float architecture: a typed, versioned config (like torchao's
+    ``config_to_dict``), saved as ``quantization.json``.
+
+    Attributes:
+        layers: ``{qualified name: "ternary" | "binary" | "split"}`` (split: TWS's binary pair).
+        activation_bits: Of every quantized Linear's inputs: 8, 4 or ``None``.
+        attention: Qualified names of the attention modules quantized in place (`QuantizedInPlace`).
+        version: `LAYOUT_VERSION` when written by this code.
+    """
+
+    layers: dict[str, str]
+    activation_bits: int | None
+    attention: tuple[str, ...] = ()
+    version: int = LAYOUT_VERSION
+
+    def __post_init__(self) -> None:
+        bad = {name: kind for name, kind in self.layers.items() if kind not in LAYER_KINDS}
+        if bad:
+            raise ValueError(f"layer kinds must be in {LAYER_KINDS}, got {bad}")
+        if self.activation_bits not in (8, 4, None):
+            raise ValueError(f"activation_bits must be 8, 4 or None, got {self.activation_bits!r}")
+        if self.version != LAYOUT_VERSION:
+            raise ValueError(f"quantized layout version {self.version} is not {LAYOUT_VERSION}; upgrade theseus")
+
+    def to_dict(self) -> dict:
+        return {
+            "format": LAYOUT_FORMAT,
+            "version": self.version,
+            "layers": dict(self.layers),
+            "activation_bits": self.activation_bits,
+            "attention": list(self.attention),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> QuantizedLayout:
+        """Reads `to_dict`'s output; a dict without ``format`` / ``version`` is the unversioned layout the zoo
+        wrote before version 1 (the same three fields)."""
+        if data.get("format", LAYOUT_FORMAT) != LAYOUT_FORMAT:
+            raise ValueError(f"not a quantized layout: format {data.get('format')!r}")
+        return cls(
+            layers=dict(data["layers"]),
+            activation_bits=data["activation_bits"],
+            attention=tuple(data.get("attention", ())),
+            version=data.get("version", LAYOUT_VERSION),
+        )
+
+
+def quantized_layers(model: nn.Module, ternary_only: bool = False) -> dict[str, str]:
+    """``{qualified name: "ternary" | "binary" | "split"}`` of the quantized layers of ``model`` (split: the binary
+    pair of ternary weight splitting; its halves are not listed)."""
+    layers: dict[str, str] = {}
+    for name, module in model.named_modules():
+        if isinstance(module, (QuantLinear, QuantEmbedding)) and not any(name.startswith(f"{s}.") for s in layers):
+            layers[name] = "ternary" if module.weight_bits == 2 else "binary"
+        elif isinstance(module, (BinarySplitLinear, BinarySplitEmbedding)):
+            layers[name] = "split"
+    return {name: kind for name, kind in layers.items() if kind == "ternary" or not ternary_only}
+
+
+def quantized_layout(model: nn.Module, activation_bits: int | None) -> QuantizedLayout:
+    """The `QuantizedLayout` of ``model`` (its quantized layers and in-place quantized attention)."""
+    attention = tuple(name for name, module in model.named_modules() if isinstance(module, QuantizedInPlace))
+    return QuantizedLayout(quantized_layers(model), activation_bits, attention)
+
+
+def save_quantized(model: nn.Module, directory: str | os.PathLike, activation_bits: int | None) -> ExportReport:
+    """Writes ``quantization.json`` (the model's `QuantizedLayout`) and ``model.packed.safetensors`` (`save_packed`)
+    into ``directory``; returns `save_packed`'s report. The float architecture (e.g. a transformers config) is the
+    caller's to save: `load_quantized` asks for a function that builds it.
+
+    Raises:
+        ValueError: The model has no quantized layer.
+    """
+    directory = os.fspath(directory)
+    os.makedirs(directory, exist_ok=True)
+    layout = quantized_layout(model, activation_bits)
+    with open(os.path.join(directory, LAYOUT_FILE), "w") as file:
+        file.write(json.dumps(layout.to_dict(), indent=2) + "\n")
+    return save_packed(model, os.path.join(directory, PACKED_FILE))
+
+
+def read_layout(directory: str | os.PathLike) -> QuantizedLayout | None:
+    """The `QuantizedLayout` saved in ``directory``, or ``None`` when it holds no ``quantization.json``."""
+    path = os.path.join(os.fspath(directory), LAYOUT_FILE)
+    if not os.path.exists(path):
+        return None
+    with open(path) as file:
+        return QuantizedLayout.from_dict(json.load(file))
+
+
+def rebuild_(model: nn.Module, layout: QuantizedLayout) -> nn.Module:
+    """Quantizes a float ``model`` in place into ``layout``'s structure (weights: whatever the model holds): every
+    listed layer ternary, then the attention, then TWS pairs split and binary layers binarized, as training made
+    them. Returns the model in eval mode."""
+    from .convert import quantize_, quantize_known_attention_
+    from .tws import binarize_, split_ternary_
+
+    kept = [
+        name
+        for name, module in model.named_modules()
+        if type(module) in (nn.Linear, nn.Embedding) and name not in layout.layers
+    ]
+    quantize_(model, 2, layout.activation_bits, skip=kept)
+    if layout.attention:
+        quantize_known_attention_(model, layout.activation_bits)
+    split = [name for name, kind in layout.layers.items() if kind == "split"]
+    if split:
+        split_ternary_(model, split)
+    binary = [name for name, kind in layout.layers.items() if kind == "binary"]
+    if binary:
+        binarize_(model, binary)
+    return model.eval()
+
+
+def load_quantized(directory: str | os.PathLike, build: Callable[[], nn.Module]) -> nn.Module:
+    """The model `save_quantized` wrote to ``directory``: ``build()`` (the float architecture, untrained) quantized by
+    `rebuild_` and filled by `load_packed`, so its outputs equal the saved model's bit for bit. Pass the result to
+    `theseus_quant.to_integer_` for integer inference.
+
+    Raises:
+        FileNotFoundError: ``directory`` holds no ``quantization.json``.
+        ValueError: As `load_packed`, or a layout of another version.
+    """
+    layout = read_layout(directory)
+    if layout is None:
+        raise FileNotFoundError(f"{directory} holds no {LAYOUT_FILE}: not a save_quantized folder")
+    return load_packed(lambda: rebuild_(build(), layout), os.path.join(os.fspath(directory), PACKED_FILE))

@@ -1,0 +1,185 @@
+"""Integer inference (`to_integer_`, `IntegerLinear`) equals the simulated model; `save_quantized` / `load_quantized`
+rebuild a quantized folder."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from torch import nn
+
+import theseus_quant as tq
+from theseus_quant.integer import KERNELS, IntegerLinear, _onednn_available
+
+from .helpers import tiny_bert_config
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+AVAILABLE = [k for k in KERNELS if k != "onednn" or _onednn_available()]
+
+
+def _bound(model: nn.Module, x: torch.Tensor) -> float:
+    """The tolerance stated in theseus_quant.integer: fp32 rounding of the simulated sums, relative to the output's
+    scale (K · qmax · s · α · 2⁻²³ per layer, a few ulps of the largest output after a few layers)."""
+    return 1e-5 * (1.0 + model(x).abs().max().item())
+
+
+@st.composite
+def quantized_mlps(draw: st.DrawFn) -> tuple[nn.Module, torch.Tensor]:
+    """A random 2-3 layer MLP quantized ternary or binary (4 or 8 bit inputs, tensor or row scales), optionally split
+    (TWS) with the halves' clips moved apart, with a random input whose scale ranges over and beyond the clips."""
+    seed = draw(st.integers(0, 2**16))
+    torch.manual_seed(seed)
+    widths = draw(st.lists(st.integers(1, 40), min_size=3, max_size=4))
+    layers: list[nn.Module] = []
+    for i, (a, b) in enumerate(itertools.pairwise(widths)):
+        layers.append(nn.Linear(a, b, bias=draw(st.booleans())))
+        if i < len(widths) - 2:
+            layers.append(nn.GELU())
+    model = nn.Sequential(*layers)
+    bits, act = draw(st.sampled_from([2, 1])), draw(st.sampled_from([8, 4]))
+    tq.quantize_(model, bits, act, skip=[])
+    granularity = draw(st.sampled_from(["tensor", "row"]))
+    for module in model.modules():
+        if isinstance(module, tq.QuantLinear):
+            module.granularity = granularity
+    x = torch.randn(draw(st.integers(1, 3)), draw(st.integers(1, 5)), widths[0]) * draw(st.sampled_from([0.1, 1, 8]))
+    model.train()
+    model(x)  # LSQ initialises its step on the first batch
+    if bits == 2 and draw(st.booleans()):
+        tq.split_ternary_(model)
+        if draw(st.booleans()):  # fine-tuning moves the halves' clips apart: two quantizations of x
+            for module in model.modules():
+                if isinstance(module, tq.BinarySplitLinear) and isinstance(
+                    module.second.act_quant, tq.UniformQuantizer
+                ):
+                    module.second.act_quant.clip.data.mul_(0.7)
+    return model.eval(), x
+
+
+@pytest.mark.parametrize("kernel", AVAILABLE)
+@given(case=quantized_mlps())
+def test_integer_layers_equal_the_simulated_ones_on_random_inputs(kernel, case):
+    model, x = case
+    integer = copy.deepcopy(model)
+    record = tq.to_integer_(integer, kernel)
+    assert len(record.integer) == sum(not isinstance(m, nn.GELU) for m in model) and not record.linear
+    assert all(isinstance(m, IntegerLinear) for m in integer if not isinstance(m, nn.GELU))
+    with torch.no_grad():
+        expected, got = model(x), integer(x)
+    torch.testing.assert_close(got, expected, rtol=0, atol=_bound(model, x))
+
+
+def test_one_integer_layer_is_exact_where_fp32_sums_are():
+    """Inputs already on the quantization grid and codes with small sums: both paths are exact, so equal bit for bit."""
+    torch.manual_seed(0)
+    layer = tq.QuantLinear(64, 16, weight_bits=2, activation_bits=8)
+    step = layer.act_quant.step().item()
+    x = torch.randint(-127, 128, (5, 64)).float() * step
+    integer = IntegerLinear.from_quantized(layer, "reference")
+    with torch.no_grad():
+        levels = torch.round(x / step)
+        codes, scales = layer.codes()
+        exact = (levels.double() @ codes.double().T) * (step * scales.double().item()) + layer.bias.double()
+        assert torch.allclose(integer(x).double(), exact, rtol=1e-6, atol=1e-6)
+
+
+def test_to_integer_freezes_embeddings_and_float_input_linears_to_their_quantized_weights():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(20, 8), nn.Linear(8, 8), nn.Linear(8, 3))
+    tq.quantize_(model, 2, None, skip=[])  # float inputs: no activation quantizer
+    tq.split_ternary_(model, ["0"])
+    ids = torch.randint(0, 20, (4, 6))
+    expected = model.eval()(ids)
+    record = tq.to_integer_(model)
+    assert record.embedding == ("0",) and record.linear == ("1", "2") and not record.integer
+    assert type(model[0]) is nn.Embedding and type(model[1]) is nn.Linear
+    assert torch.equal(model(ids), expected)  # ŵ₁ + ŵ₂ summed once, as the pair's forward sums its two lookups
+
+
+def test_to_integer_refuses_in_one_line_and_leaves_the_model_unchanged():
+    plain = nn.Sequential(nn.Linear(4, 4))
+    with pytest.raises(ValueError, match="no quantized layer"):
+        tq.to_integer_(plain)
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    tq.quantize_(model, 2, 4, skip=[])  # LSQ never initialised
+    before = copy.deepcopy(model.state_dict())
+    with pytest.raises(ValueError, match=r"^0: this LSQQuantizer has not been initialised"):
+        tq.to_integer_(model)
+    assert isinstance(model[0], tq.QuantLinear) and all(
+        torch.equal(before[k], v) for k, v in model.state_dict().items()
+    )
+
+
+def test_integer_linear_exports_as_one_custom_op():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 4))
+    tq.quantize_(model, 2, 8, skip=[])
+    tq.to_integer_(model)
+    program = torch.export.export(model, (torch.randn(2, 8),))
+    targets = {str(node.target) for node in program.graph.nodes if node.op == "call_function"}
+    assert "theseus_quant.integer_linear.default" in targets
+
+
+@pytest.fixture
+def tiny_bert():
+    transformers = pytest.importorskip("transformers")
+    from theseus_quant.bert import quantize_attention_
+
+    torch.manual_seed(0)
+    model = transformers.BertForSequenceClassification(tiny_bert_config(attn_implementation="eager")).eval()
+    tq.quantize_(model, 2, 8)
+    quantize_attention_(model, 8)
+    tq.split_ternary_(model, ["bert.encoder.layer.0.attention.self.query", "bert.embeddings.word_embeddings"])
+    tq.binarize_(model, ["bert.encoder.layer.1.output.dense"])
+    return model
+
+
+def _bert_inputs() -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, 60, (3, 9), generator=generator)
+    mask = torch.ones_like(ids)
+    mask[0, 6:] = 0
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def test_a_quantized_folder_reloads_with_the_same_logits_and_runs_as_integers(tiny_bert, tmp_path):
+    from transformers import BertForSequenceClassification
+
+    from theseus_zoo.tasks.text import load_exported
+
+    report = tq.save_quantized(tiny_bert, tmp_path, activation_bits=8)
+    tiny_bert.config.save_pretrained(tmp_path)
+    layout = json.loads((tmp_path / tq.export.LAYOUT_FILE).read_text())
+    assert layout["version"] == tq.export.LAYOUT_VERSION and layout["activation_bits"] == 8
+    assert layout["layers"]["bert.encoder.layer.0.attention.self.query"] == "split"
+    assert layout["layers"]["bert.encoder.layer.1.output.dense"] == "binary"
+    assert report.packed_layers > 0
+    loaded = tq.load_quantized(tmp_path, lambda: BertForSequenceClassification(tiny_bert.config))
+    batch = _bert_inputs()
+    with torch.no_grad():
+        expected = tiny_bert(**batch).logits
+        assert torch.equal(loaded(**batch).logits, expected)
+        assert torch.equal(load_exported(tmp_path)(**batch).logits, expected)  # the zoo's loader is this one
+        record = tq.to_integer_(loaded)
+        assert len(record.integer) == 2 * 6 and record.embedding == ("bert.embeddings.word_embeddings",)
+        torch.testing.assert_close(loaded(**batch).logits, expected, rtol=0, atol=1e-5)
+
+
+def test_an_unversioned_layout_from_before_version_1_still_loads(tiny_bert, tmp_path):
+    from transformers import BertForSequenceClassification
+
+    tq.save_quantized(tiny_bert, tmp_path, activation_bits=8)
+    path = tmp_path / tq.export.LAYOUT_FILE
+    old = {k: v for k, v in json.loads(path.read_text()).items() if k in ("layers", "activation_bits", "attention")}
+    path.write_text(json.dumps(old))
+    loaded = tq.load_quantized(tmp_path, lambda: BertForSequenceClassification(tiny_bert.config))
+    with torch.no_grad():
+        assert torch.equal(loaded(**_bert_inputs()).logits, tiny_bert(**_bert_inputs()).logits)
+    path.write_text(json.dumps({**old, "version": 99}))
+    with pytest.raises(ValueError, match="version 99"):
+        tq.load_quantized(tmp_path, lambda: BertForSequenceClassification(tiny_bert.config))
