@@ -12,7 +12,8 @@ from torchvision.models import resnet as tv_resnet
 
 import theseus_core as th
 from tests.theseus_adapters.test_hf import WITHOUT_THESEUS, run_without_theseus
-from theseus_adapters import light_blocks, resnet
+from theseus_adapters import resnet
+from theseus_adapters.resnet import successor_blocks as light_blocks
 
 KINDS = tuple(light_blocks.BLOCKS)
 

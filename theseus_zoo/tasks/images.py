@@ -110,7 +110,7 @@ def constructor_name(block: str, layers: Sequence[int]) -> str | None:
 def load_exported(directory: str | Path) -> nn.Module:
     """The model that `ResNetTask.export` wrote in ``directory``, loaded with ``strict=True``, in eval mode:
     ``torchvision.models.<constructor>(num_classes=...)`` (or ``ResNet(block, layers)`` when torchvision has no
-    constructor for the block counts; `theseus_adapters.light_blocks.build_from_config` for heterogeneous
+    constructor for the block counts; `theseus_adapters.resnet.successor_blocks.build_from_config` for heterogeneous
     successors). Its inputs are `to_inputs` of the gray images (see ``config.json``)."""
     directory = Path(directory)
     model = _build_exported(json.loads((directory / "config.json").read_text()))
@@ -120,9 +120,9 @@ def load_exported(directory: str | Path) -> nn.Module:
 
 def _build_exported(config: dict[str, Any]) -> nn.Module:
     if "light_blocks" in config:  # heterogeneous successors: the adapter's config rebuilds them
-        from theseus_adapters import light_blocks
+        from theseus_adapters.resnet import successor_blocks
 
-        return light_blocks.build_from_config(config["light_blocks"])
+        return successor_blocks.build_from_config(config["light_blocks"])
     if config["constructor"] is not None:
         import torchvision
 
@@ -316,10 +316,10 @@ class ResNetTask(ScoresAccuracy):
         layers = [len(getattr(model, name)) for name in resnet.stage_names(model)]
         light = {}
         if self.successor is not None:
-            from theseus_adapters import light_blocks
+            from theseus_adapters.resnet import successor_blocks
 
-            if any(isinstance(module, tuple(light_blocks.BLOCKS.values())) for module in model.modules()):
-                light = {"light_blocks": light_blocks.export_config(model)}
+            if any(isinstance(module, tuple(successor_blocks.BLOCKS.values())) for module in model.modules()):
+                light = {"light_blocks": successor_blocks.export_config(model)}
         return {
             **light,
             "constructor": constructor_name(self.successor_block, layers),

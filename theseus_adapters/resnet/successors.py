@@ -1,0 +1,138 @@
+"""The successors of groups of ResNet blocks, registered in the default registry on import: `block_successor`
+(the default for torchvision's and timm's ``BasicBlock`` and ``Bottleneck``: one block shaped like the group's first,
+optionally narrowed) and the light blocks of `theseus_adapters.resnet.successor_blocks` under their names."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from typing import Any
+
+from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
+from torch.nn.modules.conv import _ConvNd
+
+import theseus_core as th
+from theseus_core.spec import SuccessorFactory, resolve
+
+from . import successor_blocks
+from .narrowing import block_widths, narrow_
+from .planning import downsamples
+
+
+def block_successor(group: list[nn.Module], model: nn.Module, *, source: str | None = None, width: float = 1.0):
+    """The default successor of a group of ResNet blocks (registered for torchvision's and timm's
+    ``BasicBlock`` and ``Bottleneck``): one block shaped like the group's first block.
+
+    Args:
+        group: The group's blocks.
+        model: The model being replaced (``source`` is looked up there).
+        source: Path of the predecessor block whose weights the successor starts from (``"layer1[1]"``; it
+            may lie outside the group), or ``None`` for a freshly initialised block of the group's first
+            block's configuration. (default: ``None``)
+        width: Channel factor in ``(0, 1]``; see `plan`. (default: ``1.0``)
+
+    Below full width the successor is a `theseus_core.Projected`: the narrowed block between two learned 1×1
+    convolutions, from the group's input channels to the block's and from the block's output channels back to
+    the group's.
+
+    The successor has the structure of the group's first block, so it downsamples exactly when that block
+    does. When ``source`` differs from it in that respect, the successor is a copy of the group's first block
+    with the source's weights loaded wherever their names and shapes agree.
+    """
+    first = group[0]
+    origin = None if source is None else resolve(model, source).modules[0]
+    if origin is None:
+        block = copy.deepcopy(first)
+        _reinitialize_(block)
+    elif origin is first or not (downsamples(first) or downsamples(origin)):
+        block = copy.deepcopy(origin)  # same configuration: the blocks of a stage after its first
+    else:  # keep the group's stride and shortcut, take the source's weights where they fit
+        block = copy.deepcopy(first)
+        shapes = {name: tensor.shape for name, tensor in block.state_dict().items()}
+        fitting = {k: v for k, v in origin.state_dict().items() if shapes.get(k) == v.shape}
+        block.load_state_dict(fitting, strict=False)
+    if width == 1:
+        return block
+    narrow_(block, width)
+    (outer_in, _), (_, outer_out) = block_widths(first), block_widths(group[-1])
+    inner_in, inner_out = block_widths(block)
+    return th.Projected(block, nn.Conv2d(outer_in, inner_in, 1), nn.Conv2d(inner_out, outer_out, 1))
+
+
+class BlockSuccessor:
+    """`block_successor` with its options bound, for a spec written by hand:
+    ``th.ModuleSpec("layer1[0:2]", BlockSuccessor("layer1[0]", width=0.5))``."""
+
+    def __init__(self, source: str | None, width: float = 1.0) -> None:
+        self.source, self.width = source, width
+
+    def __call__(self, group: list[nn.Module], model: nn.Module) -> nn.Module:
+        return block_successor(group, model, source=self.source, width=self.width)
+
+    def __repr__(self) -> str:
+        return f"BlockSuccessor({self.source or 'fresh'}, width={self.width:g})"
+
+
+def _light_successor(kind: str) -> SuccessorFactory:
+    block_type = successor_blocks.BLOCKS[kind]
+    takes = set(inspect.signature(block_type).parameters)
+
+    def build(group: list[nn.Module], **options: Any) -> nn.Module:
+        if "hidden_channels" in takes and options.get("hidden_channels") is None:
+            # twice the group's first block's inner width: lighter than one block, BasicBlock or Bottleneck
+            options["hidden_channels"] = 2 * group[0].conv1.out_channels
+        return block_type(**{name: value for name, value in options.items() if name in takes})
+
+    build.__name__ = build.__qualname__ = f"{kind}_successor"
+    build.__doc__ = (
+        f"A fresh `theseus_adapters.resnet.successor_blocks.{block_type.__name__}` mapping the group's "
+        f"``in_channels`` to its ``out_channels`` at its ``stride`` (the options `plan` passes), with the block's own "
+        f"options."
+    )
+    return build
+
+
+LIGHT_SUCCESSORS = {kind: _light_successor(kind) for kind in successor_blocks.BLOCKS}
+"""The registered alternatives to `block_successor`, by name: ``resnet.plan(model, successor=name)``."""
+
+
+def _register_defaults() -> None:
+    """Puts this adapter's successors in the default registry, below any registration a user made first."""
+    for block_type in _block_types():
+        th.register_successor(block_type, fallback=True)(block_successor)
+        for kind, build in LIGHT_SUCCESSORS.items():
+            th.register_successor(block_type, kind, fallback=True)(build)
+
+
+def _block_types() -> list[type]:
+    types: list[type] = []
+    try:
+        from torchvision.models.resnet import BasicBlock, Bottleneck
+
+        types += [BasicBlock, Bottleneck]
+    except ImportError:  # pragma: no cover - depends on the environment
+        pass
+    try:
+        from timm.models.resnet import BasicBlock, Bottleneck
+
+        types += [BasicBlock, Bottleneck]
+    except ImportError:  # pragma: no cover - depends on the environment
+        pass
+    return types
+
+
+_register_defaults()
+
+
+def _reinitialize_(block: nn.Module) -> None:
+    """Initialises a block as torchvision and timm initialise a new ResNet (without zero-init of the last norm)."""
+    for module in block.modules():
+        if isinstance(module, _ConvNd):
+            nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, _BatchNorm):
+            module.reset_parameters()  # unit weight, zero bias, fresh running statistics
+        elif isinstance(module, nn.Linear):
+            module.reset_parameters()
