@@ -19,14 +19,14 @@ Family ``"causal_lm"``. Its options (all optional):
   (default: ``64``, ``256``)
 - ``num_layers``, ``init``, ``group_sizes``: as in `theseus_adapters.hf.plan`. (default: ``15``, ``"first"``)
 - ``groups``: ``"even"`` (``group_sizes`` and ``init`` as given) or ``"block_influence"``: the groups of
-  `theseus_adapters.depth_pruning.influence_groups` on ``calibration_sequences`` training sequences, each kept
+  `theseus_adapters.layer_selection.influence_groups` on ``calibration_sequences`` training sequences, each kept
   layer of ShortGPT beginning a group of the removed layers after it and its successor starting as that layer,
   so that replacing starts from ShortGPT's model (``group_sizes`` unset and ``init`` ``"first"`` then). The
   ``truncated`` baseline with ``truncation: plan`` then starts from ShortGPT's model too. (default: ``"even"``)
 - ``truncation``: what the ``truncated`` and ``kd`` baselines start from: ``"plan"`` (the layers the plan's
   ``init`` names, as for every family), ``"shortgpt"`` (the layers of highest Block Influence,
-  `theseus_adapters.depth_pruning.shortgpt`) or ``"streamline"`` (the most similar run replaced by one layer
-  trained with MSE, `theseus_adapters.depth_pruning.streamline`), both measured on ``calibration_sequences``
+  `theseus_adapters.depth_baselines.shortgpt`) or ``"streamline"`` (the most similar run replaced by one layer
+  trained with MSE, `theseus_adapters.depth_baselines.streamline`), both measured on ``calibration_sequences``
   training sequences. The trainer then fine-tunes that model with the LM loss, as LLM-Streamline does after
   its MSE stage. (default: ``"plan"``)
 - ``calibration_sequences``: training sequences that ShortGPT and Streamline read. (default: ``64``)
@@ -284,10 +284,10 @@ class CausalLMTask:
         if self.options.groups == "block_influence" and not next(model.parameters()).is_meta:
             # measured once, on the model first planned (the predecessor), and kept for the truncated baseline
             if self._influence_groups is None:
-                from theseus_adapters import depth_pruning
+                from theseus_adapters import layer_selection
 
                 batches = self.calibration_batches()
-                self._influence_groups = depth_pruning.influence_groups(model, self.options.num_layers, batches)
+                self._influence_groups = layer_selection.influence_groups(model, self.options.num_layers, batches)
             group_sizes, init = self._influence_groups
         return hf.plan(model, self.options.num_layers, init=init, group_sizes=group_sizes)
 
@@ -304,11 +304,11 @@ class CausalLMTask:
         if self.options.truncation == "plan":
             model = copy.deepcopy(predecessor)
             return th.replace_(model, self.plan(model)).finalize()
-        from theseus_adapters import depth_pruning
+        from theseus_adapters import depth_baselines
 
         if self.options.truncation == "shortgpt":
-            return depth_pruning.shortgpt(predecessor, self.options.num_layers, self.calibration_batches()).model
-        return depth_pruning.streamline(
+            return depth_baselines.shortgpt(predecessor, self.options.num_layers, self.calibration_batches()).model
+        return depth_baselines.streamline(
             predecessor,
             self.options.num_layers,
             self.calibration_batches(),
