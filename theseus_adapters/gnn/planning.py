@@ -22,7 +22,8 @@ from theseus_core import (
 from theseus_core.checks import is_int
 from theseus_core.spec import Projection
 
-from .convert import _convert_back, _Record
+from .convert import _convert_back
+from .records import _Record
 from .steps import GNNStep, SteppedGNN, _forward_parameters, _layout
 
 
