@@ -20,6 +20,10 @@ One factory style (issue 15): a plain function ``factory(group)``, ``factory(gro
 ``factory(group, model, *, option=...)``. The options are the spec's (`ModuleSpec.options`, filled by the
 adapters' plans: the layer to copy, the stride of a downsampling group, ...); a factory gets the ones it
 names (all of them with ``**options``), so a user's ``factory(group)`` works under any adapter's plan.
+
+One lookup: `find_successor` walks the registries and each type's bases; `SuccessorRegistry.find` and ``lookup``,
+`registered_successor` (what a plan checks before anything changes) and `factory_for` (what `replace_` builds) are
+each one call of it. Planning (`plan`, `even_group_sizes`, `copy_module`) lives in `theseus_core.planning`.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import fnmatch
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, overload
 
 from torch import nn
 
@@ -171,6 +175,22 @@ class SuccessorRegistry:
 DEFAULT_REGISTRY = SuccessorRegistry()
 register_successor = DEFAULT_REGISTRY.register
 list_successors = DEFAULT_REGISTRY.list
+
+
+@overload
+def find_successor(
+    module_type: type,
+    name: str = ...,
+    registries: Sequence[SuccessorRegistry] = ...,
+    *,
+    required: Literal[True] = ...,
+) -> SuccessorFactory: ...
+
+
+@overload
+def find_successor(
+    module_type: type, name: str = ..., registries: Sequence[SuccessorRegistry] = ..., *, required: bool
+) -> SuccessorFactory | None: ...
 
 
 def find_successor(
