@@ -7,6 +7,7 @@
                      [--predecessor-from RUN_DIR] [--threads N] [--no-progress]
     theseus sweep --recipe NAME (--grid FIELD=V1,V2,... ... | --paper-grid) [--out DIR] [same flags]
     theseus analyze --recipe NAME --analysis sensitivity|schedules|budget [--out DIR] [same flags]
+    theseus export --onnx RUN_DIR [--out DIR]
 
 Bad input ends with one line on stderr that says what to do (exit status 2),
 before any training. Ctrl-C keeps the last checkpoint: ``--resume`` continues.
@@ -42,6 +43,10 @@ def _parser() -> argparse.ArgumentParser:
     compress = commands.add_parser("compress", help="run a recipe: predecessor, compression, baselines, report")
     sweep = commands.add_parser("sweep", help="run a recipe over a grid of its fields; the best on dev wins")
     analyze = commands.add_parser("analyze", help="the paper's analyses: module sensitivity, schedules, budget")
+    export = commands.add_parser("export", help="export a run's model for deployment, verified (ONNX Runtime)")
+    export.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a finished `theseus compress` run directory")
+    export.add_argument("--onnx", action="store_true", required=True, help="ONNX, checked in ONNX Runtime")
+    export.add_argument("--out", type=Path, help="output directory (default: RUN_DIR/model)")
     for command in (compress, sweep, analyze):
         command.add_argument("--recipe", required=True, help="a name from `theseus recipes`")
         command.add_argument("--out", type=Path, help="output directory (default: runs/<recipe>[-sweep])")
@@ -127,6 +132,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "fetch":
             for name in args.names:
                 print(f"{name}: {fetch_asset(name)}")
+            return 0
+        if args.command == "export":
+            from .export.onnx import export_run  # needs the onnx extra
+
+            for exported in export_run(args.run_dir, args.out):
+                print(exported)
             return 0
         _settings(args)
         recipe = _recipe(args)

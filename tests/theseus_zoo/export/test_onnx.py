@@ -1,0 +1,142 @@
+"""ONNX export per family on tiny models: each file loads in ONNX Runtime and matches PyTorch within 1e-4; a model
+that cannot be exported is refused in one line. Skipped without the ``onnx`` extra."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxscript")
+
+from theseus_zoo import cli
+from theseus_zoo.export.onnx import TOLERANCE, ExportRefusedError, export_onnx, export_run, session
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+WORDS = [
+    "a",
+    "gripping",
+    "funny",
+    "and",
+    "humane",
+    "film",
+    "flat",
+    "the",
+    "plot",
+    "goes",
+    "nowhere",
+    "slowly",
+    "for",
+    "two",
+    "long",
+    "hours",
+]
+
+
+def _run_dir(root, family: str, options: dict | None = None):
+    """A run directory as `theseus compress` leaves it: recipe.json and model/."""
+    (root / "model").mkdir(parents=True)
+    (root / "recipe.json").write_text(json.dumps({"family": family, "options": options or {}}))
+    return root
+
+
+def _bert_run(root, num_labels: int, quantized: bool):
+    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+
+    import theseus_quant as tq
+
+    run = _run_dir(root, "bert")
+    vocab = root / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ",", ".", *WORDS]) + "\n")
+    BertTokenizerFast(vocab_file=str(vocab)).save_pretrained(run / "model")
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=len(WORDS) + 7,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=24,
+        num_labels=num_labels,
+        attn_implementation="eager",
+    )
+    model = BertForSequenceClassification(config).eval()
+    if not quantized:
+        model.save_pretrained(run / "model")
+        return run
+    from theseus_quant.bert import quantize_attention_
+
+    tq.quantize_(model, 2, 8)
+    quantize_attention_(model, 8)
+    tq.split_ternary_(model)
+    model.config.save_pretrained(run / "model")
+    tq.save_quantized(model, run / "model", 8)
+    return run
+
+
+@pytest.mark.parametrize(("num_labels", "quantized"), [(3, False), (1, False), (2, True)])
+def test_a_bert_run_exports_and_matches_in_onnx_runtime(tmp_path, capsys, num_labels, quantized):
+    """Classification and regression heads; a quantized (binary, TWS) run also gets the integer graph, which must
+    match the simulated model."""
+    run = _bert_run(tmp_path, num_labels, quantized)
+    assert cli.main(["export", "--onnx", str(run)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    names = ["model.onnx", "model.int8.onnx"] if quantized else ["model.onnx"]
+    assert [line.split(":")[0].rsplit("/", 1)[-1] for line in lines] == names
+    assert all("ONNX Runtime matches PyTorch within" in line for line in lines)
+    import onnx
+
+    graph = onnx.load(str(run / "model" / names[-1]))
+    assert ("MatMulInteger" in {node.op_type for node in graph.graph.node}) == quantized
+    outputs = session(run / "model" / "model.onnx").get_outputs()
+    assert outputs[0].name == "logits" and outputs[0].shape[-1] == num_labels
+
+
+def test_a_resnet_run_exports_and_matches(tmp_path):
+    from torchvision.models.resnet import BasicBlock, ResNet
+
+    run = _run_dir(tmp_path, "resnet")
+    model = ResNet(BasicBlock, [1, 1, 1, 1], num_classes=10)
+    torch.save(model.state_dict(), run / "model" / "model.pt")
+    config = {"constructor": None, "block": "BasicBlock", "layers": [1, 1, 1, 1], "num_classes": 10}
+    (run / "model" / "config.json").write_text(json.dumps({**config, "inputs": {"shape": [3, 28, 28]}}))
+    (exported,) = export_run(run)
+    assert exported.max_abs_diff <= TOLERANCE and exported.checked == 3
+    assert session(exported.path).get_inputs()[0].name == "images"
+
+
+def test_a_gnn_run_exports_and_matches_on_graphs_of_other_sizes(tmp_path):
+    from torch_geometric.nn import GCN
+
+    run = _run_dir(tmp_path, "gnn", {"model": "gcn"})
+    config = {"in_channels": 5, "hidden_channels": 8, "num_layers": 2, "out_channels": 3, "norm": "batch_norm"}
+    torch.save(GCN(**config).state_dict(), run / "model" / "model.pt")
+    (run / "model" / "config.json").write_text(json.dumps(config))
+    (exported,) = export_run(run)
+    assert exported.max_abs_diff <= TOLERANCE and exported.checked == 3  # 20, 7 and 50 nodes
+
+
+class DataDependent(nn.Module):
+    """Python control flow on a tensor's value: torch.export cannot trace it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2 if x.sum() > 0 else x
+
+
+def test_a_model_that_cannot_be_exported_is_refused_in_one_line(tmp_path):
+    with pytest.raises(ExportRefusedError) as refused:
+        export_onnx(DataDependent(), {"x": torch.randn(3)}, tmp_path / "bad.onnx")
+    message = str(refused.value)
+    assert message.startswith("DataDependent cannot be exported to ONNX: ") and "\n" not in message
+    assert not (tmp_path / "bad.onnx").exists()
+
+
+def test_the_cli_refuses_a_family_without_onnx_form_in_one_line(tmp_path, capsys):
+    run = _run_dir(tmp_path, "causal_lm")
+    assert cli.main(["export", "--onnx", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "llama.cpp" in err
+    assert cli.main(["export", "--onnx", str(tmp_path / "nothing")]) == 2
+    assert "not a finished run" in capsys.readouterr().err
