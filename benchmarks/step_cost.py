@@ -15,11 +15,9 @@ again alongside each rate). Writes ``<out>/step-cost-<recipe>.json`` and ``.md``
 from __future__ import annotations
 
 import argparse
-import copy
 import shlex
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,9 +26,10 @@ from typing import Any
 import torch
 from torch import nn
 
-import theseus_core as th
 from theseus_zoo.recipes import get_recipe
-from theseus_zoo.training.optimization import optimizer_groups, predecessor_parameters
+from theseus_zoo.tasks import build_task
+from theseus_zoo.training.loop import optimizer_for
+from theseus_zoo.training.methods import Context, methods_of
 
 from .compare import METHODS
 from .harness import environment, markdown_table, write_report
@@ -38,40 +37,29 @@ from .harness import environment, markdown_table, write_report
 Step = Callable[[float], None]
 
 
-def method_step(method: str, recipe_name: str, predecessor: nn.Module, batch: Any, out: Path) -> tuple[Step, nn.Module]:
+def method_step(method: str, recipe_name: str, predecessor: nn.Module, batch: Any) -> tuple[Step, nn.Module]:
     """One training step of ``method`` (a `benchmarks.compare.METHODS` name) as a function of the replacing rate, and
-    the model it trains."""
-    from theseus_zoo.training.trainer import Run
-
+    the model it trains: the model, parameters, loss and optimizer that `theseus compress` builds
+    (`theseus_zoo.training.methods`, `theseus_zoo.training.loop.optimizer_for`)."""
     recipe = get_recipe(recipe_name).with_overrides({**METHODS[method], "predecessor": None})
-    run = Run(recipe, out / method, progress=False)
-    run.lock.release()  # nothing of the run is written beyond its recipe.json: the step is all we use
-    task, phase = run.task, recipe.replacing
-    theseus = None
-    if recipe.theseus:
-        model = copy.deepcopy(predecessor)
-        theseus = th.replace_(model, task.plan(model), seed=recipe.seed)
-        groups = run._replacing_parameters(model, theseus)
-        compute_loss = run._replacing_loss(predecessor, theseus) or run._task_loss
-    else:
-        (name,) = recipe.baselines
-        model = run._baseline_model(name, predecessor)
-        groups = predecessor_parameters(model)
-        compute_loss = run._distillation_loss(predecessor, recipe.kd_alpha) if name == "kd" else run._task_loss
-    trained = [parameter for _, group in groups for parameter in group]
-    late = groups[1][1] if len(groups) > 1 else []
-    optimizer = torch.optim.AdamW(optimizer_groups(model, trained, phase.weight_decay), lr=phase.lr)
+    task = build_task(recipe.family, recipe.options, recipe.seed)
+    task.check()
+    (trained,) = methods_of(recipe)
+    trainee = trained.build(Context(task, recipe, predecessor))
+    (stage,) = trainee.stages
+    objective, model = stage.objective(), trainee.model
+    optimizer = optimizer_for(model, objective, stage.phase)
     model.train()
 
     def step(rate: float) -> None:
-        if theseus is not None:
-            theseus.rate = rate
-        for parameter in late:
+        if objective.theseus is not None:
+            objective.theseus.rate = rate
+        for parameter in objective.late:
             parameter.requires_grad_(rate >= 1.0)
-        value, _ = compute_loss(model, batch)
+        value, _ = objective.loss(model, batch)
         if value.requires_grad:
             value.backward()
-            torch.nn.utils.clip_grad_norm_(trained, phase.max_grad_norm or float("inf"))
+            torch.nn.utils.clip_grad_norm_(objective.trained, stage.phase.max_grad_norm or float("inf"))
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
@@ -112,17 +100,12 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--rates must lie in [0, 1] and --rounds be at least 1")
     torch.set_num_threads(args.threads)
     recipe = get_recipe(args.recipe)
-    with tempfile.TemporaryDirectory() as scratch:
-        from theseus_zoo.tasks import build_task
-
-        task = build_task(recipe.family, recipe.options, recipe.seed)
-        predecessor = task.build_predecessor()
-        train = task.dataset("train")
-        batch = task.collate([train[i] for i in range(recipe.replacing.batch_size)])
-        steps = {
-            method: method_step(method, args.recipe, predecessor, batch, Path(scratch))[0] for method in args.methods
-        }
-        seconds = measure(steps, args.rates, args.rounds)
+    task = build_task(recipe.family, recipe.options, recipe.seed)
+    predecessor = task.build_predecessor()
+    train = task.dataset("train")
+    batch = task.collate([train[i] for i in range(recipe.replacing.batch_size)])
+    steps = {method: method_step(method, args.recipe, predecessor, batch)[0] for method in args.methods}
+    seconds = measure(steps, args.rates, args.rounds)
     rows, results = [], {}
     for rate, by_method in seconds.items():
         reference = statistics.median(by_method["theseus"])

@@ -18,14 +18,14 @@ def test_a_step_trains_what_the_trainer_would_and_unfreezing_waits_for_p_one(tmp
     task = build_task(recipe.family, recipe.options, recipe.seed)
     predecessor = task.build_predecessor()
     batch = task.collate(task.dataset("train")[:8])
-    step, model = step_cost.method_step("theseus+unfreeze-all", "toy", predecessor, batch, tmp_path)
+    step, model = step_cost.method_step("theseus+unfreeze-all", "toy", predecessor, batch)
     before = {name: parameter.detach().clone() for name, parameter in model.named_parameters()}
     step(0.5)
     mixed = changed(model, before)
     assert mixed and all("successor" in name for name in mixed)  # only successors train before p = 1
     step(1.0)
     assert changed(model, before) - mixed - {n for n in before if "successor" in n}  # then the rest too
-    step, model = step_cost.method_step("truncated", "toy", predecessor, batch, tmp_path)
+    step, model = step_cost.method_step("truncated", "toy", predecessor, batch)
     before = {name: parameter.detach().clone() for name, parameter in model.named_parameters()}
     step(0.5)
     assert changed(model, before) == set(before)  # fine-tuning trains every parameter

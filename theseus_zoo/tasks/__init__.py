@@ -45,22 +45,11 @@ class Task(Protocol):
     def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
         """Metrics of ``model`` (in eval mode) on a split; includes ``self.metric``."""
 
-    # Optional: a task with `scores_examples = True` also gives
-    #   predictions(model, split) -> 1-d tensor (class ids, or regression values), and
-    #   labels(split) -> 1-d float tensor of the split's labels, in the same order,
-    #   score(predictions, split, chosen=None) -> metrics of those predictions (of the examples ``chosen``, a tensor
-    #   of indices with repeats, when given),
-    # so that reports carry bootstrap standard errors and paired comparisons; and
-    #   is_head(parameter_name) -> bool, for ``unfreeze_at_one="head"``;
-    #   replace_options -> dict of `theseus_core.replace_` keyword arguments for the replacing phase;
-    #   example_inputs() -> (args, kwargs) that `replace_` runs the model on to verify the surgery;
-    #   compression_options -> names of the options that shape only the successor (`--predecessor-from` ignores
-    #   them);
-    #   refinement -> what refine_ does, or None when these options leave nothing to refine (a recipe's ``refine``
-    #   phase needs one), refine_(model) -> None, turning a compressed model into its final form in place before
-    #   that phase (deterministic: a resumed run rebuilds the same structure), and direct(predecessor) -> the final
-    #   form built directly from the predecessor (the ``direct`` baseline); the bert family's quantize option gives
-    #   all three (ternary weight splitting; BWN of the predecessor's weights).
+    # Optional capabilities, each a runtime-checkable protocol in `theseus_zoo.tasks.protocols` that the trainer
+    # asks with isinstance: `ScoresExamples` (per-example predictions: bootstrap errors and paired comparisons),
+    # `HasHead` (unfreeze_at_one="head"), `ReplaceOptions`, `ExampleInputs` (replace_ verifies the surgery on
+    # them), `CompressionOptions` (what --predecessor-from ignores), `Refinable` (a recipe's refine phase) and
+    # `BuildsDirect` (the direct baseline).
 
     def plan(self, model: nn.Module) -> th.Plan: ...
 

@@ -37,7 +37,7 @@ ANALYSES = ("sensitivity", "schedules", "budget")
 
 def _compress(recipe: Recipe, out: Path, source: Path | None, progress: bool) -> dict[str, Any]:
     """The report of a compression run in ``out``: read when finished, resumed when started, else run."""
-    from .trainer import Run
+    from .run import Run
 
     if (out / "report.json").exists():
         return json.loads((out / "report.json").read_text())

@@ -1,27 +1,34 @@
-"""What a finished run writes about its models: test metrics with bootstrap errors, paired comparisons, the
-markdown report and the curves plot.
+"""What a finished run writes about its models: test metrics with bootstrap errors, paired comparisons, sizes on
+disk, the measured speedup, ``report.json``, the markdown report and the curves plot.
 
-`Run` (`theseus_zoo.training.trainer`) measures the models and calls these; ``benchmarks/`` reads the same
-bootstrap helpers so that their intervals are computed the same way.
+`theseus_zoo.training.run` calls `write_report` once every method is trained; the statistics themselves are
+`theseus_zoo.training.stats`'s, shared with ``benchmarks/``.
 """
 
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from ..tasks import Task
+from ..tasks.protocols import refinement, scores_examples
+from .methods import to_device
+from .timing import interleaved_seconds, median_ratio
+
+if TYPE_CHECKING:
+    from .session import Session
 
 
 def test_metrics(task: Task, model: nn.Module) -> dict[str, Any]:
     """``{"test": metrics}``, with ``test_standard_error`` and ``test_predictions`` for tasks that score per-example
     predictions (`Task.predictions` and `Task.score`)."""
-    if not getattr(task, "scores_examples", False):
+    if not scores_examples(task):
         return {"test": task.evaluate(model, "test")}
     predictions = task.predictions(model, "test")
     metrics = task.score(predictions, "test")
@@ -150,3 +157,58 @@ def plot_curves(metrics_path: Path, png: Path, metric: str) -> None:
     figure.tight_layout()
     figure.savefig(png, dpi=110)
     plt.close(figure)
+
+
+def write_report(session: Session, models: dict[str, nn.Module], compact: nn.Module) -> dict[str, Any]:
+    """Measures every model of ``models`` (``"predecessor"`` first, then ``"theseus"`` and ``"baseline:<name>"``)
+    and writes ``report.json``, ``report.md`` and ``curves.png`` into the run directory: test metrics (with a
+    bootstrap standard error and the per-example predictions when the task gives them: what paired comparisons
+    across models and seeds need), parameters and size on disk (each model exported as `Task.export` writes it; the
+    others' exports are deleted once measured; Theseus' stays in ``<out>/model``), and the measured speedup of
+    ``compact`` (the Theseus successor, else the first baseline's model). Rank 0's work; returns the report."""
+    task, recipe, out = session.task, session.recipe, session.out
+    report: dict[str, Any] = {"recipe": recipe.to_dict(), "metric": task.metric, "models": {}}
+    for name, model in models.items():
+        model.eval()
+        parameters = sum(p.numel() for p in model.parameters())
+        report["models"][name] = {**test_metrics(task, model), "parameters": parameters}
+    for name, model in models.items():
+        report["models"][name]["size_on_disk_bytes"] = _size_on_disk(task, out, name, model)
+    if recipe.refine is not None:
+        report["refinement"] = refinement(task)
+    reference = report["models"]["predecessor"]["test"][task.metric]
+    for entry in report["models"].values():
+        entry["retention_percent"] = 100.0 * entry["test"][task.metric] / reference if reference else None
+    if scores_examples(task):
+        report["test_labels"] = [round(float(value), 5) for value in task.labels("test")]
+        if "theseus" in models:
+            report["comparisons"] = paired_comparisons(task, report)
+    report["speedup"] = _speedup(task, models["predecessor"], compact, session.accelerator.device)
+    report["phases"] = {
+        k: {kk: v for kk, v in d.items() if kk not in ("weights", "rng")} for k, d in session.state["done"].items()
+    }
+    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / "report.md").write_text(markdown_report(report))
+    plot_curves(out / "metrics.jsonl", out / "curves.png", task.metric)
+    return report
+
+
+def _size_on_disk(task: Task, out: Path, name: str, model: nn.Module) -> int:
+    """Bytes of ``model``'s export: Theseus' stays in ``<out>/model``, the others' go once measured."""
+    if name == "theseus":
+        return sum(f.stat().st_size for f in task.export(model, out / "model"))
+    with tempfile.TemporaryDirectory(dir=out, prefix=".export-") as scratch:
+        return sum(f.stat().st_size for f in task.export(model, Path(scratch) / "model"))
+
+
+def _speedup(task: Task, predecessor: nn.Module, compact: nn.Module, device: torch.device, repeats: int = 7) -> float:
+    """Median per-turn latency ratio, predecessor over successor, eager, on `Task.latency_batch`."""
+    batch = to_device(task.latency_batch(), device)
+    predecessor.eval(), compact.eval()
+    runs = {
+        "predecessor": lambda: task.forward(predecessor, batch),
+        "successor": lambda: task.forward(compact, batch),
+    }
+    with torch.no_grad():
+        times = interleaved_seconds(runs, warmup=1, repeats=repeats, device=device)
+    return median_ratio(times["predecessor"], times["successor"])

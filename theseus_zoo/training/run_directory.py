@@ -2,7 +2,7 @@
 before a run writes there, and the finished predecessor another run may take from it (``--predecessor-from``).
 
 `RunError` is the one error every bad input of a run raises (the cli prints it in one line); it lives here, where
-most of them are found, and `theseus_zoo.training.trainer` re-exports it.
+most of them are found.
 """
 
 from __future__ import annotations

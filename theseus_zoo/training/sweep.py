@@ -89,7 +89,8 @@ def sweep(
     """Runs every grid point of ``recipe`` (see the module doc); returns the summary written to sweep.json.
     ``predecessor_from``: a finished run whose fine-tuned predecessor every point takes (when the grid leaves the
     predecessor alone), instead of the first point fine-tuning one."""
-    from .trainer import Run, RunError
+    from .run import Run
+    from .run_directory import RunError
 
     out = Path(out)
     candidates, notes = [], {}

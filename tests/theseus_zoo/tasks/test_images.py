@@ -15,7 +15,7 @@ import theseus_core as th
 from theseus_zoo import cli
 from theseus_zoo.data import fashion_mnist
 from theseus_zoo.tasks import images
-from theseus_zoo.training import run_directory, trainer
+from theseus_zoo.training import run_directory, session
 
 NUM_TRAIN, NUM_TEST = 64, 20
 TINY = {
@@ -114,7 +114,7 @@ def test_compress_exports_a_torchvision_resnet18_and_keeps_frozen_batch_norm_sta
     fake_cache, tmp_path, monkeypatch
 ):
     saved = {}  # a ResNet-34 checkpoint is ~350 MB, written some 15 times a run; keep the last state in memory
-    monkeypatch.setattr(trainer, "atomic_save", lambda state, path: saved.update(state=state))
+    monkeypatch.setattr(session, "atomic_save", lambda state, path: saved.update(state=state))
     config = tmp_path / "tiny.json"
     config.write_text(json.dumps(TINY))
     out = tmp_path / "run"
@@ -218,7 +218,7 @@ def test_listing_the_recipes_imports_no_model_library():
 
 
 def test_heterogeneous_successors_export_a_model_that_rebuilds_without_theseus(fake_cache, tmp_path, monkeypatch):
-    monkeypatch.setattr(trainer, "atomic_save", lambda state, path: None)  # no 350 MB checkpoints in a test
+    monkeypatch.setattr(session, "atomic_save", lambda state, path: None)  # no 350 MB checkpoints in a test
     config = tmp_path / "tiny.json"
     config.write_text(json.dumps({**TINY, "options": {**TINY["options"], "successor": "mobilenet_v2"}}))
     out = tmp_path / "run"

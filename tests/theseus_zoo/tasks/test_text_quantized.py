@@ -13,7 +13,8 @@ from theseus_quant.bert import QuantBertSelfAttention
 from theseus_zoo import cli
 from theseus_zoo.recipes import get_recipe
 from theseus_zoo.tasks import text
-from theseus_zoo.training import trainer
+from theseus_zoo.training.checkpoints import read_checkpoint
+from theseus_zoo.training.run_directory import CHECKPOINT
 
 from ..training.test_robustness import comparable, dies_after_save
 from .test_text import sentences, tiny_model  # noqa: F401 - tiny_model: the module fixture, a 4-layer BERT folder
@@ -87,7 +88,7 @@ def test_the_packed_export_reloads_as_the_model_that_was_trained(whole, tiny_mod
     loaded = text.load_exported(whole / "model")
     assert isinstance(loaded.bert.encoder.layer[0].attention.self.query, BinarySplitLinear)
     trained = copy.deepcopy(loaded)  # the same structure, with the latent weights the run ended with
-    trained.load_state_dict(trainer.read_checkpoint(whole / trainer.CHECKPOINT)["done"]["refine:theseus"]["weights"])
+    trained.load_state_dict(read_checkpoint(whole / CHECKPOINT)["done"]["refine:theseus"]["weights"])
     task = text.TextClassificationTask({**get_recipe(RECIPE).options, **options(tiny_model, reviews)}, 0)
     batch = task.collate(task.dataset("test"))
     batch.pop("labels")
@@ -144,7 +145,7 @@ def test_a_run_killed_in_a_refine_phase_resumes_to_the_same_result(
     undo = dies_after_save(monkeypatch, SAVES_PER_PHASE * PHASES.index("refine:baseline:kd") + 2)
     assert compress(tmp_path, options(tiny_model, reviews)) == 130
     undo()
-    state = trainer.read_checkpoint(tmp_path / "run" / trainer.CHECKPOINT)
+    state = read_checkpoint(tmp_path / "run" / CHECKPOINT)
     assert list(state["done"]) == PHASES[:4] and state["current"]["phase"] == "refine:baseline:kd"
     assert compress(tmp_path, options(tiny_model, reviews), "run", "--resume") == 0
     run = tmp_path / "run"

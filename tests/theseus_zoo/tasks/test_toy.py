@@ -125,16 +125,14 @@ def test_phase_validation():
 
 def test_the_kd_loss_is_the_task_loss_plus_the_tempered_divergence_from_the_teacher(tmp_path):
     from theseus_zoo.recipes import get_recipe
-    from theseus_zoo.training.trainer import Run
+    from theseus_zoo.training.methods import Context, distillation_loss
 
     task = toy.ToyTask({}, 0)
     batch = task.collate(task.dataset("train")[:16])
     teacher, student = task.build_predecessor().eval(), task.scratch().eval()  # no dropout noise
     for alpha, temperature in [(1.0, 2.0), (0.0, 1.0), (0.3, 4.0)]:
         recipe = get_recipe("toy").with_overrides({"kd_alpha": alpha, "kd_temperature": temperature})
-        loss, logits = Run(recipe, tmp_path / f"{alpha}", progress=False)._distillation_loss(teacher, alpha)(
-            student, batch
-        )
+        loss, logits = distillation_loss(Context(task, recipe, teacher), alpha)(student, batch)
         soft = torch.nn.functional.kl_div(
             torch.log_softmax(student(batch[0]) / temperature, -1),
             torch.softmax(teacher(batch[0]) / temperature, -1),
@@ -144,13 +142,14 @@ def test_the_kd_loss_is_the_task_loss_plus_the_tempered_divergence_from_the_teac
         torch.testing.assert_close(loss, expected)
         torch.testing.assert_close(logits, student(batch[0]))
     recipe = get_recipe("toy").with_overrides({"kd_alpha": 0.0})
-    same, _ = Run(recipe, tmp_path / "same", progress=False)._distillation_loss(teacher, 0.0)(teacher, batch)
+    same, _ = distillation_loss(Context(task, recipe, teacher), 0.0)(teacher, batch)
     assert same.abs().item() < 1e-6  # a student that matches its teacher has nothing left to learn
 
 
 def test_kd_runs_the_student_forward_once_per_step(tmp_path):
     from theseus_zoo.recipes import get_recipe
-    from theseus_zoo.training.trainer import Run
+    from theseus_zoo.training.methods import Context, distillation_loss
+    from theseus_zoo.training.run import Run
 
     run = Run(get_recipe("toy"), tmp_path / "kd", progress=False)
     batch = run.task.collate(run.task.dataset("train")[:16])
@@ -163,12 +162,12 @@ def test_kd_runs_the_student_forward_once_per_step(tmp_path):
         return logits(model, batch)
 
     run.task.logits = counting
-    run._distillation_loss(teacher, 0.5)(student, batch)
+    distillation_loss(Context(run.task, run.recipe, teacher), 0.5)(student, batch)
     assert calls == {"student": 1, "teacher": 1}
 
 
 def test_metrics_go_to_tensorboard_when_it_is_installed(tmp_path, monkeypatch):
-    from theseus_zoo.training import trainer
+    from theseus_zoo.training import session
 
     class Writer:  # records what a SummaryWriter would be given
         def __init__(self):
@@ -181,7 +180,7 @@ def test_metrics_go_to_tensorboard_when_it_is_installed(tmp_path, monkeypatch):
             self.closed = True
 
     writer = Writer()
-    monkeypatch.setattr(trainer, "_tensorboard_writer", lambda directory: writer)
+    monkeypatch.setattr(session, "_tensorboard_writer", lambda directory: writer)
     assert compress(tmp_path) == 0
     tags = {tag for tag, _, _ in writer.scalars}
     assert {"predecessor/loss", "predecessor/dev_accuracy", "replacing/rate", "baseline:kd/loss"} <= tags

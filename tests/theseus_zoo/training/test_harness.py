@@ -284,16 +284,16 @@ def test_a_run_compresses_the_same_whether_it_fine_tuned_its_predecessor_or_borr
 
 
 def test_the_replacing_phase_lets_replace_verify_the_surgery_on_the_tasks_example_inputs(tmp_path, monkeypatch):
-    from theseus_zoo.training import trainer
+    from theseus_zoo.training import methods
 
     seen = []
-    replace = trainer.th.replace_
+    replace = methods.th.replace_
 
     def spying(model, specs, **options):
         seen.append(options)
         return replace(model, specs, **options)
 
-    monkeypatch.setattr(trainer.th, "replace_", spying)
+    monkeypatch.setattr(methods.th, "replace_", spying)
     compress(tmp_path)
     (args,), kwargs = seen[0]["example_inputs"], seen[0]["example_kwargs"]
     assert args.shape == (8, toy.NUM_FEATURES) and kwargs == {}

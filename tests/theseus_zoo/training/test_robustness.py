@@ -10,8 +10,9 @@ import torch
 
 from theseus_zoo import cli
 from theseus_zoo.tasks import toy
-from theseus_zoo.training import trainer
+from theseus_zoo.training import session
 from theseus_zoo.training.checkpoints import CheckpointError, read_checkpoint, write_checkpoint
+from theseus_zoo.training.run_directory import CHECKPOINT
 
 TINY = {
     "predecessor": {"steps": 20, "eval_every": 10},
@@ -41,7 +42,7 @@ def dies_after_save(monkeypatch, number):
     """Makes the run raise KeyboardInterrupt (as Ctrl-C or a kill would end it) right after its ``number``-th
     checkpoint is written; returns the function that undoes it."""
     saves = {"n": 0}
-    save = trainer.atomic_save
+    save = session.atomic_save
 
     def save_then_die(state, path):
         save(state, path)
@@ -49,8 +50,8 @@ def dies_after_save(monkeypatch, number):
         if saves["n"] == number:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(trainer, "atomic_save", save_then_die)
-    return lambda: monkeypatch.setattr(trainer, "atomic_save", save)
+    monkeypatch.setattr(session, "atomic_save", save_then_die)
+    return lambda: monkeypatch.setattr(session, "atomic_save", save)
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +86,7 @@ def test_a_checkpoint_written_before_a_recipe_field_existed_resumes(tmp_path, mo
     undo = dies_after_save(monkeypatch, 5)
     assert compress(tmp_path) == 130
     undo()
-    path = tmp_path / "run" / trainer.CHECKPOINT
+    path = tmp_path / "run" / CHECKPOINT
     state = read_checkpoint(path)
     del state["recipe"]["refine"]  # as theseus wrote it before recipes had a refine phase
     write_checkpoint(state, path)

@@ -1,0 +1,155 @@
+"""The training loop of one stage: `train_phase`, evaluating and checkpointing every ``eval_every`` steps.
+
+It knows nothing of methods (an `Objective` says what to train with which loss) nor of run directories (a
+`Session` logs, checkpoints, evaluates on dev and keeps the RNG): what it owns is the order of a step (data order,
+replacing rate, unfreezing at p = 1, learning rate, forward, a finite loss, backward, clipping, AdamW), early
+stopping on the dev metric with the best state kept, and resuming inside a stage.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from contextlib import nullcontext
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from ..recipes import Phase
+from .methods import Objective, to_device
+from .optimization import data_order_generator, optimizer_groups
+from .run_directory import RunError
+
+if TYPE_CHECKING:
+    from .session import Session
+
+
+def optimizer_for(model: nn.Module, objective: Objective, phase: Phase) -> torch.optim.AdamW:
+    """AdamW over the objective's parameters with the phase's rate and weight decay (none on biases and norms)."""
+    return torch.optim.AdamW(optimizer_groups(model, objective.trained, phase.weight_decay), lr=phase.lr)
+
+
+def train_phase(session: Session, name: str, model: nn.Module, objective: Objective, phase: Phase) -> None:
+    """Trains stage ``name`` of ``model``, evaluating and checkpointing every ``phase.eval_every`` steps, and records
+    it in ``session.state["done"][name]`` (best weights, best dev metric and step, steps, seconds, the RNG where the
+    next stage starts). Resumes inside the stage when the session's checkpoint stopped there."""
+    accelerator, task, recipe = session.accelerator, session.task, session.recipe
+    theseus, schedule, late = objective.theseus, objective.schedule, objective.late
+    optimizer = optimizer_for(model, objective, phase)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    unwrapped = accelerator.unwrap_model(model)
+    current = session.state.get("current")
+    if current is not None and current["phase"] == name:  # resuming inside this stage
+        unwrapped.load_state_dict(current["weights"])
+        optimizer.load_state_dict(current["optimizer"])
+        if theseus is not None:
+            theseus.load_state_dict(current["routing"])
+        session.set_rng_state(current["rng"])
+        step, best, seconds_before = current["step"], current["best"], current.get("seconds", 0.0)
+        stop = current.get("stop", False)  # checkpoints of theseus 0.1.0 have neither
+    else:
+        step, best = 0, {"metric": -float("inf"), "step": 0, "weights": None, "evaluations_since": 0}
+        seconds_before, stop = 0.0, False
+    started = time.perf_counter()
+
+    def checkpoint() -> None:
+        session.save(
+            current={
+                "phase": name,
+                "step": step,
+                "weights": cpu_state(unwrapped),
+                "optimizer": optimizer.state_dict(),
+                "routing": theseus.state_dict() if theseus is not None else None,
+                "rng": session.rng_state(),
+                "best": best,
+                "stop": stop,  # an early stop decided at this evaluation holds after a resume
+                "seconds": seconds_before + time.perf_counter() - started,
+            }
+        )
+
+    if step == 0:
+        checkpoint()  # a crash before the first evaluation resumes with this stage's RNG state
+
+    train = task.dataset("train")
+    per_process = max(1, phase.batch_size // accelerator.num_processes)
+    steps_per_epoch = max(1, len(train) // phase.batch_size)
+    # The predecessor, the compression stages (Theseus and the baselines alike: a paired comparison) and the refine
+    # stages each draw data orders of their own.
+    stream = {"predecessor": "predecessor", "refine": "refine"}.get(name.split(":")[0], "compression")
+    bar = tqdm(total=phase.steps, initial=step, desc=name, disable=not (session.progress and session.main), leave=False)
+    forward = session.forward_rng.active if session.forward_rng is not None else nullcontext
+    while step < phase.steps and not stop:
+        epoch, offset = divmod(step, steps_per_epoch)
+        order = torch.randperm(len(train), generator=data_order_generator(recipe.seed, stream, epoch))
+        for index in range(offset, steps_per_epoch):
+            batch_indices = order[index * phase.batch_size : (index + 1) * phase.batch_size]
+            mine = batch_indices[accelerator.process_index :: accelerator.num_processes][:per_process]
+            batch = to_device(task.collate([train[int(i)] for i in mine]), accelerator.device)
+            if theseus is not None:
+                theseus.rate = schedule(step)
+            for parameter in late:
+                parameter.requires_grad_(theseus is not None and theseus.rate >= 1.0)
+            lr = phase.lr_at(step)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            model.train()
+            with forward():  # this rank's dropout masks
+                value, _ = objective.loss(model, batch)
+                mean = accelerator.reduce(value.detach(), "mean").item()  # over ranks: what is logged
+                if not math.isfinite(mean):  # on every rank alike, since the mean is the same everywhere
+                    raise RunError(
+                        f"the loss of step {step + 1} of {name} is {mean}: the run stops, its last good "
+                        f"checkpoint kept; lower the learning rate ({lr:g}) or look at the data, then --resume",
+                        on_every_rank=session.processes > 1,
+                        quiet=not session.main,
+                    )
+                if value.requires_grad:  # every group on its frozen predecessor: nothing to learn this step
+                    accelerator.backward(value)
+            record = {"phase": name, "step": step + 1, "loss": mean, "lr": lr}
+            if value.requires_grad:
+                if phase.max_grad_norm is not None:
+                    norm = accelerator.clip_grad_norm_(objective.trained, phase.max_grad_norm)
+                    record["grad_norm"] = float(norm)
+                optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+            bar.update(1)
+            if theseus is not None:
+                record["rate"] = theseus.rate
+            evaluate = step % phase.eval_every == 0 or step == phase.steps
+            if evaluate:
+                metrics = session.evaluate(unwrapped, theseus, record, step)
+                record["dev"] = metrics
+                value = metrics[task.metric]
+                at_one = theseus is None or theseus.rate >= 1.0
+                if value > best["metric"]:
+                    best = {"metric": value, "step": step, "weights": cpu_state(unwrapped), "evaluations_since": 0}
+                elif at_one:
+                    best["evaluations_since"] += 1
+                patience = recipe.patience if theseus is not None else None
+                stop = patience is not None and at_one and best["evaluations_since"] >= patience
+                bar.set_postfix({task.metric: f"{value:.4f}", **({"p": f"{theseus.rate:.2f}"} if theseus else {})})
+            session.log(record)
+            if evaluate:
+                checkpoint()  # after the log line, so that a resume keeps it
+            if step >= phase.steps or stop:
+                break
+    bar.close()
+    for parameter in late:
+        parameter.requires_grad_(False)
+    session.state["done"][name] = {
+        "weights": best["weights"],
+        "best_metric": best["metric"],
+        "best_step": best["step"],
+        "steps": step,
+        "seconds": seconds_before + time.perf_counter() - started,  # wall-clock, evaluations included
+        "rng": session.rng_state(),  # where the next stage's draws start, also after a resume
+    }
+    session.save(current=None)
+
+
+def cpu_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """A copy of ``model``'s state dict on the CPU."""
+    return {key: tensor.detach().to("cpu", copy=True) for key, tensor in model.state_dict().items()}

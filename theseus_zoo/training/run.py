@@ -1,0 +1,115 @@
+"""The compression run behind `theseus compress`: its stages in order, each checkpointed, then the report.
+
+Stages, each checkpointed atomically at every evaluation so that a crash or Ctrl-C loses at most ``eval_every``
+steps and ``--resume`` continues with the same data order, routes and schedule step:
+
+1. ``predecessor``: fine-tune the predecessor (skipped when the family gives a fine-tuned one, or borrowed from
+   another run with ``--predecessor-from``);
+2. each method of the recipe (`theseus_zoo.training.methods`), in order: ``replacing`` for Theseus
+   (`theseus_core.replace_`, the curriculum until p = 1, then successor fine-tuning; early stopping on the dev
+   metric keeps the best state), ``baseline:<name>`` for each baseline (same harness, data order and step budget);
+   with a ``refine`` phase in the recipe, each compressed model then goes through `Task.refine_` and
+   ``refine:<model>``, prediction-layer distillation from the predecessor;
+3. ``report``: test metrics, parameters, size on disk of every model, measured speedup, export, ``report.json`` /
+   ``report.md`` and ``curves.png`` (`theseus_zoo.training.report`).
+
+The loop (`theseus_zoo.training.loop`) runs on Hugging Face ``accelerate``. Under ``torchrun --nproc_per_node N``
+(gloo on CPUs, nccl on GPUs) every process takes its part of each batch and gradients are averaged; the ranks agree
+on the recipe before anything else (a mismatch is one line, not a hang), draw the same routes (the handle's
+generator, from the recipe seed: its fingerprint is compared at every evaluation) and different dropout masks
+(`ranks.ForwardRng`); rank 0 alone evaluates on dev, takes the lock and writes every file (checkpoints, metrics,
+report, export) while the others wait where its files or its word are needed (`theseus_zoo.training.session`).
+The logged loss is the mean over ranks. Metrics go to ``metrics.jsonl``, and to TensorBoard (``<out>/tensorboard``)
+when the ``tensorboard`` package is installed.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..recipes import Recipe
+from . import ranks
+from .loop import train_phase
+from .methods import Context, Method, Objective, Stage, methods_of, refine_stage, task_loss
+from .optimization import predecessor_parameters
+from .report import write_report
+from .session import Session
+
+
+class Run:
+    """One compression run of a recipe into an output directory."""
+
+    def __init__(
+        self,
+        recipe: Recipe,
+        out: Path,
+        *,
+        resume: bool = False,
+        progress: bool = True,
+        predecessor_from: Path | None = None,
+    ) -> None:
+        """Checks everything and opens ``out`` (`Session.open`); trains nothing until `run`.
+
+        ``predecessor_from``: a run directory whose fine-tuned predecessor this run takes instead of training its
+        own; that run must have the same family, options and predecessor phase (its seed may differ: seeds then
+        vary the compression and the baselines only)."""
+        self.recipe, self.out = recipe, Path(out)
+        self.session = Session.open(
+            recipe, self.out, resume=resume, progress=progress, predecessor_from=predecessor_from
+        )
+        self.task, self.main = self.session.task, self.session.main
+
+    def run(self) -> dict[str, Any]:
+        """Trains every stage not yet done and writes the report; returns it (on every rank)."""
+        torch.manual_seed(self.recipe.seed)
+        random.seed(self.recipe.seed)
+        try:
+            return self._run()
+        finally:
+            self.session.close()
+
+    def _run(self) -> dict[str, Any]:
+        session, recipe = self.session, self.recipe
+        predecessor = self.task.build_predecessor()
+        if recipe.predecessor is not None:
+            # What follows draws from the RNG as it stood before the predecessor phase, whether that phase ran here
+            # or its result was borrowed (--predecessor-from): a run compresses the same either way, so runs that
+            # share a predecessor pair up however it reached them.
+            before = session.rng_state()
+            if not session.finished("predecessor"):
+                objective = Objective(predecessor_parameters(predecessor), task_loss(self.task))
+                train_phase(session, "predecessor", predecessor, objective, recipe.predecessor)
+            predecessor.load_state_dict(session.state["done"]["predecessor"]["weights"])
+            session.set_rng_state(before)
+        context = Context(self.task, recipe, predecessor, session.accelerator.device)
+        models: dict[str, nn.Module] = {"predecessor": predecessor}
+        for method in methods_of(recipe):
+            models[method.name] = self._train(method, context)
+        # rank 0 tests, times, exports and writes; the others wait for its report (and so for its files)
+        compact = next(model for name, model in models.items() if name != "predecessor")
+        return ranks.from_rank_zero(write_report(session, models, compact) if self.main else None)
+
+    def _train(self, method: Method, context: Context) -> nn.Module:
+        """``method``'s compact model in its final form: its stages trained (or found done), then with a ``refine``
+        phase in the recipe, `Task.refine_` (deterministic, so a resumed run rebuilds the same structure before
+        loading the stage's weights) and ``refine:<name>``."""
+        trainee = method.build(context)
+        for stage in trainee.stages:
+            self._stage(stage, trainee.model)
+        compact = trainee.finish()
+        if self.recipe.refine is None:
+            return compact
+        self.task.refine_(compact)
+        self._stage(refine_stage(context, method.name, compact), compact)
+        return compact
+
+    def _stage(self, stage: Stage, model: nn.Module) -> None:
+        """Trains ``stage`` unless it is done, then loads its best weights into ``model``."""
+        if not self.session.finished(stage.name):
+            train_phase(self.session, stage.name, model, stage.objective(), stage.phase)
+        model.load_state_dict(self.session.state["done"][stage.name]["weights"])

@@ -1,0 +1,261 @@
+"""What one run holds while it trains: its directory opened and checked, the ranks, the checkpointed state, the
+metrics log, the RNG, and the dev evaluation every rank agrees on.
+
+`Session.open` checks everything before anything is written (the ranks agree on the recipe, the directory is free
+or resumable and writable, batches divide among the ranks, the family can do what the recipe asks, a borrowed
+predecessor fits), then rank 0 alone takes the lock and writes; the others wait where its files or its word are
+needed (`theseus_zoo.training.ranks`). `theseus_zoo.training.loop` trains a stage through it;
+`theseus_zoo.training.run` orchestrates the stages.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+from accelerate import Accelerator, DistributedDataParallelKwargs
+from torch import nn
+
+import theseus_core as th
+
+from ..recipes import Recipe, with_defaults
+from ..tasks import Task, build_task
+from ..tasks.protocols import BuildsDirect, CompressionOptions, refinement
+from . import ranks
+from .checkpoints import previous_of, read_checkpoint, write_checkpoint
+from .run_directory import CHECKPOINT, RunError, RunLock, check_writable, finished_predecessor, repair_metrics
+
+
+def atomic_save(obj: Any, path: Path) -> None:
+    """A checksummed checkpoint through a temporary file and a rename (`theseus_zoo.training.checkpoints`): a crash
+    never leaves half a file, and the checkpoint it replaces is kept as ``<path>.previous``."""
+    write_checkpoint(obj, path)
+
+
+def rng_state(forward: ranks.ForwardRng | None = None) -> dict[str, Any]:
+    """The shared RNG states (the same on every rank), and with ``forward`` every rank's forward stream, gathered
+    (a collective: every rank calls it)."""
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    if forward is not None:
+        state["forward"] = ranks.all_gather(forward.state)
+    return state
+
+
+def set_rng_state(state: dict[str, Any], forward: ranks.ForwardRng | None = None, rank: int = 0) -> None:
+    torch.set_rng_state(state["torch"])
+    version, internal, gauss = state["python"]  # `random.setstate` wants tuples; a checkpoint may give lists back
+    random.setstate((version, tuple(internal), gauss))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    saved = state.get("forward")
+    if forward is not None and saved is not None and rank < len(saved):  # else: another number of processes
+        forward.state = saved[rank]
+
+
+class Session:
+    """One run's directory, ranks, state and logs (see the module doc). Build it with `Session.open`."""
+
+    def __init__(self, recipe: Recipe, out: Path, progress: bool) -> None:
+        self.recipe, self.out, self.progress = recipe, Path(out), progress
+        self.accelerator = Accelerator(  # writes nothing; under torchrun, joins the process group
+            cpu=not torch.cuda.is_available(),
+            kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)],  # one branch per step
+        )
+        self.main, self.processes = self.accelerator.is_main_process, self.accelerator.num_processes
+        self.forward_rng = (
+            ranks.ForwardRng(recipe.seed, self.accelerator.process_index, self.accelerator.device)
+            if self.processes > 1
+            else None  # one process: forwards draw from the global RNG, as they always did
+        )
+        self.state: dict[str, Any] = {"done": {}}
+        self.task: Task
+        self.lock: RunLock | None = None
+        self.tensorboard: Any = None
+
+    @classmethod
+    def open(cls, recipe: Recipe, out: Path, *, resume: bool, progress: bool, predecessor_from: Path | None) -> Session:
+        """Checks, then opens the run directory (see the module doc); raises `RunError` (every rank alike) before
+        any write when something is wrong."""
+        session = cls(recipe, out, progress)
+        mismatch = ranks.disagreement(ranks.all_gather(recipe.to_dict()))
+        if mismatch is not None:  # before any collective that different recipes would leave waiting
+            raise RunError(
+                f"the {session.processes} processes were given different recipes ({mismatch}); give every process "
+                f"the same --recipe, --config and flags",
+                on_every_rank=True,
+                quiet=not session.main,
+            )
+        with session.together():  # every rank checks, reading only
+            borrowed = session._check(resume, predecessor_from)
+        # --- nothing above this line writes anything; below, rank 0 alone writes ---
+        state, processes = session.state, session.processes
+        if resume and state.get("processes", 1) != processes and session.main:
+            print(
+                f"theseus: warning: the run in {session.out} was checkpointed with {state.get('processes', 1)} "
+                f"process(es) and resumes with {processes}: each rank's part of the batch and dropout stream "
+                f"change, so it will not end where an uninterrupted run would",
+                file=sys.stderr,
+            )
+        if borrowed is not None:
+            state["done"]["predecessor"] = {**borrowed, "from": str(predecessor_from)}
+        state["recipe"], state["processes"] = recipe.to_dict(), processes
+        with session.together():  # the others wait for rank 0's lock and files, and fail with it
+            if session.main:
+                session.out.mkdir(parents=True, exist_ok=True)
+                session.lock = RunLock(session.out)
+                if resume:
+                    repair_metrics(session.out / "metrics.jsonl", state["metrics_bytes"])
+                else:
+                    for stale in ("metrics.jsonl", "report.json", "report.md", "curves.png"):  # appends to nothing
+                        (session.out / stale).unlink(missing_ok=True)
+                (session.out / "recipe.json").write_text(json.dumps(recipe.to_dict(), indent=2) + "\n")
+        session.tensorboard = _tensorboard_writer(session.out / "tensorboard") if session.main else None
+        return session
+
+    def _check(self, resume: bool, predecessor_from: Path | None) -> dict[str, Any] | None:
+        """The checks before any write; reads the checkpoint to resume, builds the task, and returns the borrowed
+        predecessor's record (``--predecessor-from``), or ``None``."""
+        recipe, checkpoint = self.recipe, self.out / CHECKPOINT
+        started = checkpoint.exists() or previous_of(checkpoint).exists()
+        if resume and not started:
+            raise RunError(f"--resume: no {CHECKPOINT} in {self.out}; start without --resume")
+        if not resume and started:
+            raise RunError(f"{self.out} holds a run already; pass --resume to continue it, or choose another --out")
+        check_writable(self.out)
+        phases = (("predecessor", recipe.predecessor), ("replacing", recipe.replacing), ("refine", recipe.refine))
+        uneven = [name for name, phase in phases if phase is not None and phase.batch_size % self.processes]
+        if uneven:
+            raise RunError(
+                f"the batch_size of {', '.join(uneven)} must be a multiple of the {self.processes} processes, "
+                f"so that every rank trains on an equal share of each batch"
+            )
+        self.task = build_task(recipe.family, recipe.options, recipe.seed)
+        self.task.check()
+        if recipe.refine is not None and refinement(self.task) is None:
+            raise RunError(
+                f"the recipe has a refine phase, but the {recipe.family} family has nothing to refine with these "
+                f"options (its refinement is None): drop refine, or set the options that give one"
+            )
+        if "direct" in recipe.baselines and not isinstance(self.task, BuildsDirect):
+            raise RunError(f"the {recipe.family} family builds no direct baseline (it has no Task.direct)")
+        borrowed = None
+        if predecessor_from and not resume:
+            ignored = self.task.compression_options if isinstance(self.task, CompressionOptions) else ()
+            borrowed = finished_predecessor(Path(predecessor_from), recipe, ignored)
+            borrowed.pop("rng", None)  # unused: what comes after starts from this run's RNG before the phase
+        if resume:
+            self.state = read_checkpoint(checkpoint)
+            if with_defaults(self.state.get("recipe") or {}) != recipe.to_dict():
+                raise RunError(
+                    f"--resume: the run in {self.out} used another recipe (see its recipe.json); "
+                    f"resume with the same --recipe, --config and flags"
+                )
+        return borrowed
+
+    @contextmanager
+    def together(self) -> Iterator[None]:
+        """Runs the block on every rank, then raises on every rank what any rank's block raised (naming that rank),
+        so that no rank waits at the next collective for one that gave up; a barrier when none did. In one process,
+        the block's own error as it was."""
+        failure = None
+        try:
+            yield
+        except (ValueError, KeyError, FileNotFoundError) as error:  # the errors the cli reports in one line
+            if self.processes == 1:
+                raise
+            failure = str(error)
+        for rank, message in enumerate(ranks.all_gather(failure)):
+            if message is not None:
+                where = "" if rank == 0 else f"rank {rank}: "
+                raise RunError(where + message, on_every_rank=True, quiet=not self.main) from None
+
+    def log(self, record: dict[str, Any]) -> None:
+        """Appends ``record`` to ``metrics.jsonl`` (and TensorBoard); rank 0 alone."""
+        if not self.main:
+            return
+        with open(self.out / "metrics.jsonl", "a") as stream:
+            stream.write(json.dumps(record) + "\n")
+        if self.tensorboard is not None:
+            phase, step = record["phase"], record["step"]
+            for name, value in [("loss", record["loss"]), ("rate", record.get("rate"))]:
+                if value is not None:
+                    self.tensorboard.add_scalar(f"{phase}/{name}", value, step)
+            for name, value in record.get("dev", {}).items():
+                self.tensorboard.add_scalar(f"{phase}/dev_{name}", value, step)
+
+    def save(self, **state: Any) -> None:
+        """Checkpoints atomically, with the length of metrics.jsonl so a resume drops the lines logged after (rank 0
+        writes; the state it saves is the same on every rank but for the forward streams, gathered in it)."""
+        self.state.update(state)
+        if self.main:
+            metrics = self.out / "metrics.jsonl"
+            self.state["metrics_bytes"] = metrics.stat().st_size if metrics.exists() else 0
+            atomic_save(self.state, self.out / CHECKPOINT)
+
+    def rng_state(self) -> dict[str, Any]:
+        return rng_state(self.forward_rng)
+
+    def set_rng_state(self, state: dict[str, Any]) -> None:
+        set_rng_state(state, self.forward_rng, self.accelerator.process_index)
+
+    def finished(self, stage: str) -> bool:
+        """Whether ``stage`` is done; if so, the RNG continues from where that stage left it, so that a resumed run
+        draws what an uninterrupted one would (dropout masks, fresh initialisations)."""
+        done = self.state["done"].get(stage)
+        if done is not None and "rng" in done:
+            self.set_rng_state(done["rng"])
+        return done is not None
+
+    def evaluate(self, model: nn.Module, theseus: th.Theseus | None, record: dict[str, Any], step: int) -> dict:
+        """The dev metrics, computed by rank 0 alone and given to every rank, so that early stopping decides alike
+        everywhere; a ``"hybrid"`` evaluation draws routes, so the others then take rank 0's routing state. With
+        several processes, ``record["ranks"]`` first gets each rank's routing and forward-RNG fingerprints, and
+        routes that differ between ranks stop the run."""
+        if self.processes == 1:
+            return self.task.evaluate(model, "dev")
+        fingerprints = ranks.all_gather(
+            {
+                "routes": ranks.fingerprint(theseus.state_dict()) if theseus is not None else None,
+                "forward_rng": ranks.fingerprint(self.forward_rng.state),
+            }
+        )
+        record["ranks"] = fingerprints
+        if len({entry["routes"] for entry in fingerprints}) > 1:
+            raise RunError(
+                f"the ranks drew different routes by step {step} of the replacing phase (fingerprints "
+                f"{[entry['routes'] for entry in fingerprints]}): they must share the routing seed",
+                on_every_rank=True,
+                quiet=not self.main,
+            )
+        metrics = self.task.evaluate(model, "dev") if self.main else None
+        routing = theseus.state_dict() if theseus is not None and self.main else None
+        metrics, routing = ranks.from_rank_zero((metrics, routing))
+        if routing is not None and not self.main:
+            theseus.load_state_dict(routing)
+        return metrics
+
+    def close(self) -> None:
+        """Releases the lock and closes TensorBoard."""
+        if self.tensorboard is not None:
+            self.tensorboard.close()
+            self.tensorboard = None
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+
+def _tensorboard_writer(directory: Path) -> Any:
+    """A TensorBoard ``SummaryWriter`` when the ``tensorboard`` package is installed, else ``None``."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        return None
+    return SummaryWriter(str(directory))
