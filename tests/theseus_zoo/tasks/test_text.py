@@ -309,3 +309,12 @@ def test_a_label_option_for_another_dataset_names_the_one_to_use(tmp_path, optio
     reviews = write_reviews(tmp_path / "reviews.csv", sentences(20, 3))
     with pytest.raises(ValueError, match=re.escape(message)):
         text.TextClassificationTask({"dataset": str(reviews), **options}, 0)
+
+
+def test_the_demo_recipe_is_the_five_grade_one_layer_cell_at_a_fraction_of_its_budget():
+    from theseus_zoo.recipes import get_recipe
+
+    demo, full = get_recipe("minilm-rt-five-1l-demo"), get_recipe("minilm-rt-five-1l")
+    assert demo.options == {**full.options, "max_length": 64} and demo.baselines == ("truncated", "kd")
+    assert demo.predecessor.steps == 150 < full.predecessor.steps and demo.replacing.steps == 200 < full.replacing.steps
+    assert demo.theseus and demo.steps_to_one == demo.replacing.steps // 2
