@@ -3,14 +3,20 @@
 `plan` finds the model's layer stack (BERT family ``*.encoder.layer``, DistilBERT ``transformer.layer``,
 GPT-2 ``transformer.h``, Llama / Qwen2 / Mistral / Phi ``model.layers``, ViT ``*.encoder.layer``, the
 ``encoder.layers`` or ``decoder.layers`` of BART and Whisper), cuts its ``n`` layers into ``num_layers``
-consecutive groups (uneven allowed: 12 → 5 is 3, 3, 2, 2, 2) and gives each group one successor layer.
+consecutive groups (uneven allowed: 12 → 5 is 3, 3, 2, 2, 2) and gives each group one successor layer. Where the
+layers are of several kinds (class, parameter shapes, ``layer_types`` entry) that change once or a few times
+(DeepSeek-V3's dense layers before its MoE ones, T5's first layer with the relative-attention table), the groups
+stay within the runs of one kind (`theseus_adapters.hf_layout`). The plan verifies on one more batch, the user's
+tokens repeated past any window the config names (``sliding_window``, ``attention_window``, ``block_size``).
 
 After `theseus_core.Theseus.finalize` the model is an ordinary transformers model of ``num_layers`` layers
 (`sync_config`, the plan's finalize hook): the config's layer count under the name that config uses
-(``num_hidden_layers``, ``n_layer``, ``n_layers``, ``encoder_layers``, ``decoder_layers``, ...), every
-layer's ``layer_idx`` / ``layer_id`` (the KV cache's slot), and the per-layer config lists (``layer_types``
-with its sliding windows, ...) taken from the layers kept. ``save_pretrained`` → ``AutoModel*.from_pretrained``
-then works without theseus, and a decoder's ``generate()`` with its KV cache gives the same tokens.
+(``num_hidden_layers``, ``n_layer``, ``n_layers``, ``encoder_layers``, ``decoder_layers``, one stage's entry of
+``depths``), every layer's ``layer_idx`` / ``layer_id`` (the KV cache's slot), the per-layer config lists
+(``layer_types`` with its sliding windows, ...) taken from the layers kept, a backbone's ``stage_names`` /
+``out_features`` / ``out_indices`` and ``first_k_dense_replace``. ``save_pretrained`` →
+``AutoModel*.from_pretrained`` then works without theseus, and a decoder's ``generate()`` with its KV cache gives
+the same tokens.
 
 Slim successors (issue 15): ``plan(model, heads=..., intermediate_size=...)`` prunes each successor copy to fewer
 heads and a smaller FFN at the same hidden size (`theseus_adapters.slim.prune_layer_`, by weight magnitude), and
@@ -18,12 +24,12 @@ finalize writes the new sizes into the config. The successors come from the regi
 registered for transformers' ``GradientCheckpointingLayer`` (the base of most layers) and ``MPNetLayer``; a user's
 registration for a layer type (``BertLayer``) wins.
 
-Refused, with the reason, before anything changes (`ValueError`): models whose stack hands state from one layer
-to the next (T5's ``position_bias``: layer 0 holds the relative-attention table the others use), whose
-layers' computation depends on their index (GPT-2 with ``scale_attn_by_inverse_layer_idx``), whose encoder
-works between layers (DeBERTa-v2's convolution), heterogeneous configs, config lists of layer indices
-(``mlp_only_layers``), and groupings that would mix the entries of a per-layer list (a sliding and a full
-attention layer in one group: the model gives a group one mask, the one of the group's position).
+Refused, with the reason, before anything changes (`ValueError`): stacks whose layers change kind from each
+layer to the next (Gemma2's sliding and full attention, Reformer), whose layers' computation depends on their
+index (GPT-2 with ``scale_attn_by_inverse_layer_idx``) or that rewrite their weights (RWKV's ``rescale_every``),
+that skip layers at random (``layerdrop``: set it to 0), whose encoder works between layers (DeBERTa-v2's
+convolution), heterogeneous configs, config lists of layer indices (``mlp_only_layers``), groupings that would
+mix kinds or the entries of a per-layer list, and backbone outputs that would fall inside a group.
 
 While replacing, run decoders with ``use_cache=False``: a successor keeps the layer index of the layer it was
 copied from until finalize renumbers it, so two layers could share a cache slot.
@@ -47,193 +53,39 @@ import copy
 import functools
 import inspect
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from torch import nn
 
 import theseus_core as th
-from theseus_core.checks import is_int
 
-from .slim import check_slim, prune_layer_, sync_slim
+from . import hf_layout as layout
+from .hf_stack import (
+    LAYER_INDEX_NAMES,
+    LAYERDROP,
+    PER_LAYER_LISTS,
+    STACK_NAMES,
+    Stack,
+    find_stacks,
+    layer_stack,
+    sync_config,
+)
+from .slim import check_slim, prune_layer_
+
+__all__ = [
+    "INITS",
+    "LAYERDROP",
+    "LAYER_INDEX_NAMES",
+    "PER_LAYER_LISTS",
+    "STACK_NAMES",
+    "Stack",
+    "find_stacks",
+    "layer_stack",
+    "layer_successor",
+    "plan",
+    "sync_config",
+]
 
 INITS = ("first", "every_other", "group_last", "last")
-STACK_NAMES = ("layer", "layers", "h", "block", "blocks")
-"""Last path component of the ``nn.ModuleList`` that holds a transformers model's layers."""
-PER_LAYER_LISTS = ("layer_types", "mlp_layer_types", "no_rope_layers", "attention_window")
-"""Config lists with one entry per layer: finalize keeps the entries of the layers kept."""
-LAYER_INDEX_NAMES = ("layer_idx", "layer_id")
-"""Attributes of a layer's modules that hold the layer's position (the KV cache slot)."""
-_COUNT_NAMES = {
-    "encoder": ("encoder_layers", "num_layers", "num_hidden_layers"),
-    "decoder": ("decoder_layers", "num_decoder_layers", "num_hidden_layers", "num_layers"),
-    "layers": ("num_hidden_layers", "n_layer", "n_layers", "num_layers"),
-}
-# Families whose layers or encoder depend on something the layer list does not show (issue 13).
-_REFUSED = {
-    "gpt2": (
-        lambda config: config.scale_attn_by_inverse_layer_idx,
-        "GPT-2 with scale_attn_by_inverse_layer_idx=True scales each layer's attention by 1/(layer_idx + 1), "
-        "fixed when the layer is built, so a layer that moves computes differently after a reload",
-    ),
-    "deberta-v2": (
-        lambda config: getattr(config, "conv_kernel_size", 0),
-        "DeBERTa-v2 with conv_kernel_size > 0 applies its convolution between layer 0 and layer 1, outside "
-        "the layers; use theseus_core.plan with a group of 1 at the start",
-    ),
-}
-
-
-@dataclass(frozen=True)
-class Stack:
-    """A transformers model's layer stack and the config fields that describe it.
-
-    Attributes:
-        path: Path of the ``nn.ModuleList`` of layers (``"model.layers"``, ``"bert.encoder.layer"``).
-        role: ``"encoder"`` or ``"decoder"`` (one stack of an encoder-decoder), or ``"layers"``.
-        owner: Path of the nearest module above the stack with a ``config`` ('' for the model): the
-            config that describes the stack (a vision-language model's text config, say).
-        count_name: The config attribute that holds the layer count.
-        per_layer: The `PER_LAYER_LISTS` this config has, one entry per layer.
-    """
-
-    path: str
-    role: str
-    owner: str
-    count_name: str
-    per_layer: tuple[str, ...]
-
-    def config(self, model: nn.Module):
-        """The config of this stack in ``model`` (or in a copy of the model the stack was found in)."""
-        return model.get_submodule(self.owner).config
-
-
-def find_stacks(model: nn.Module) -> list[str]:
-    """Paths of every ``nn.ModuleList`` that looks like a layer stack: named as in `STACK_NAMES`, two or more
-    layers of one class, not inside another stack. Only reads the model."""
-    found: list[str] = []
-    for name, module in model.named_modules():
-        if (
-            isinstance(module, nn.ModuleList)
-            and name.rsplit(".", 1)[-1] in STACK_NAMES
-            and len(module) >= 2
-            and len({type(layer) for layer in module}) == 1
-            and not any(name.startswith(f"{outer}.") for outer in found)
-        ):
-            found.append(name)
-    return found
-
-
-def layer_stack(model: nn.Module, stack: str | None = None, *, shortened: bool = False) -> Stack:
-    """Finds the layer stack `plan` compresses and checks that `sync_config` can keep its config in step.
-
-    Args:
-        model: A transformers model (``PreTrainedModel``, any head). Only read.
-        stack: ``"encoder"`` or ``"decoder"`` to pick one stack of an encoder-decoder (BART, Whisper), or
-            the path of the ``nn.ModuleList``. (default: ``None``, the model's only stack)
-        shortened: The stack already lost layers the config still counts: take the first of the
-            config's layer-count attributes that is set instead of the one equal to the stack's length.
-            (default: ``False``)
-
-    Raises:
-        ValueError: Not a transformers model, no stack or several, a family this adapter refuses (the
-            reason is in the message), or no config attribute holding the stack's length.
-    """
-    config = getattr(model, "config", None)
-    model_type = getattr(config, "model_type", None)
-    if model_type is None:
-        raise ValueError(
-            f"theseus_adapters.hf supports transformers models (a PreTrainedModel with a config), got "
-            f"{type(model).__name__}; for other models write ModuleSpecs over their layer list with theseus_core.plan"
-        )
-    paths = find_stacks(model)
-    if stack in ("encoder", "decoder"):
-        paths = [path for path in paths if stack in path.split(".")]
-    elif stack is not None:
-        if not isinstance(model.get_submodule(stack) if _has(model, stack) else None, nn.ModuleList):
-            raise ValueError(f"stack={stack!r} is not an nn.ModuleList of {type(model).__name__}; found {paths}")
-        paths = [stack]
-    if len(paths) != 1:
-        hint = "pass stack='encoder', 'decoder' or one of these paths" if paths else "write ModuleSpecs with th.plan"
-        raise ValueError(
-            f"theseus_adapters.hf found {len(paths)} layer stacks in {type(model).__name__}"
-            f"{f' for stack={stack!r}' if stack else ''}: {paths or 'none named ' + '/'.join(STACK_NAMES)}; {hint}"
-        )
-    path = paths[0]
-    layers = model.get_submodule(path)
-    _refuse_unsupported(model, path, layers)
-
-    parts = path.split(".")
-    owner = next(
-        ".".join(parts[:end]) for end in range(len(parts) - 1, -1, -1) if _has_config(model, ".".join(parts[:end]))
-    )
-    owner_module = model.get_submodule(owner)
-    described = f"{path}.{type(owner_module).__name__}".lower()  # BartEncoder's "layers" is an encoder's
-    role = next((side for side in ("decoder", "encoder") if side in described), "layers")
-    stack_config = owner_module.config
-    if getattr(stack_config, "is_heterogeneous", False):
-        raise ValueError(
-            f"{type(model).__name__} has a heterogeneous config (per_layer_config: layers of several shapes); "
-            f"theseus_adapters.hf does not support it"
-        )
-    count_name = next(
-        (
-            name
-            for name in _COUNT_NAMES[role]
-            if getattr(stack_config, name, None) == len(layers) or (shortened and getattr(stack_config, name, None))
-        ),
-        None,
-    )
-    if count_name is None:
-        raise ValueError(
-            f"none of the config attributes {_COUNT_NAMES[role]} of {type(model).__name__} holds the length "
-            f"of {path!r} ({len(layers)}), so the finalized config could not say how many layers it has"
-        )
-    per_layer = []
-    for name, value in vars(stack_config).items():
-        if not (isinstance(value, (list, tuple)) and value and ("layer" in name or name in PER_LAYER_LISTS)):
-            continue
-        if name in PER_LAYER_LISTS and (shortened or len(value) == len(layers)):
-            per_layer.append(name)
-        elif name.endswith("_layers") and all(is_int(v) for v in value):
-            raise ValueError(
-                f"config.{name} = {value} lists layer indices of {type(model).__name__}; "
-                f"theseus_adapters.hf does not renumber those"
-            )
-        elif len(value) == len(layers):
-            raise ValueError(
-                f"config.{name} of {type(model).__name__} has one entry per layer and theseus_adapters.hf does "
-                f"not know it; add it to theseus_adapters.hf.PER_LAYER_LISTS if finalize should slice it"
-            )
-    return Stack(path, role, owner, count_name, tuple(per_layer))
-
-
-def _has(model: nn.Module, path: str) -> bool:
-    try:
-        model.get_submodule(path)
-    except AttributeError:
-        return False
-    return True
-
-
-def _has_config(model: nn.Module, path: str) -> bool:
-    return getattr(getattr(model.get_submodule(path), "config", None), "model_type", None) is not None
-
-
-def _refuse_unsupported(model: nn.Module, path: str, layers: nn.ModuleList) -> None:
-    model_type = model.config.model_type
-    if model_type in _REFUSED:
-        applies, reason = _REFUSED[model_type]
-        if applies(model.config):
-            raise ValueError(reason)
-    names = [{name for name, _ in layer.named_parameters()} for layer in layers]
-    for index, own in enumerate(names):
-        if own != names[0]:
-            extra = sorted(own ^ names[0])[0]
-            raise ValueError(
-                f"layers 0 and {index} of {path!r} in {type(model).__name__} differ ({extra}): the stack computes "
-                f"state in one layer and hands it to the others (T5's position_bias), which a group of layers "
-                f"cannot carry; use theseus_core.plan with groups of 1"
-            )
 
 
 def _initial_layers(init: str | Sequence[int], group_sizes: list[int], num_layers: int) -> list[int]:
@@ -272,54 +124,6 @@ def _check_per_layer(found: Stack, config, sizes: list[int], sources: list[int])
                     f"and init so that each group's entries agree"
                 )
         start += size
-
-
-def sync_config(model: nn.Module, sources: Sequence[int] | None = None, *, stack: Stack | str | None = None) -> None:
-    """Makes a transformers model's config and layers agree after its stack lost layers: `plan`'s finalize hook.
-
-    Sets the config's layer count (`Stack.count_name`) to the stack's length, moves every `LAYER_INDEX_NAMES`
-    attribute of layer i by ``i - sources[i]`` (``layer_idx`` 0, 1, ... for the KV cache) and replaces each
-    per-layer config list by its entries at ``sources``.
-
-    Args:
-        model: The model, its stack already shortened.
-        sources: For each layer now in the stack, the index of the layer it was copied from.
-            (default: each layer's own ``layer_idx`` / ``layer_id``, which every layer must then have)
-        stack: The `Stack` found before the layers were removed (`plan` passes it), or as in `layer_stack`.
-            (default: ``None``, the only stack)
-    """
-    found = stack if isinstance(stack, Stack) else layer_stack(model, stack, shortened=True)
-    layers = model.get_submodule(found.path)
-    if sources is None:
-        sources = [_layer_index(layer, found.path, index) for index, layer in enumerate(layers)]
-    if len(sources) != len(layers):
-        raise ValueError(f"{found.path!r} holds {len(layers)} layers, sources names {len(sources)}")
-    config = found.config(model)
-    for name in found.per_layer:
-        values = getattr(config, name)
-        setattr(config, name, type(values)(values[source] for source in sources))
-    setattr(config, found.count_name, len(layers))
-    for index, (layer, source) in enumerate(zip(layers, sources, strict=True)):
-        for module, name, value in _index_attributes(layer):
-            setattr(module, name, value + index - source)
-    sync_slim(layers, config, found.path)
-
-
-def _index_attributes(layer: nn.Module) -> list[tuple[nn.Module, str, int]]:
-    """(module, attribute, value) of every integer `LAYER_INDEX_NAMES` attribute in a layer."""
-    return [
-        (module, name, value)
-        for module in layer.modules()
-        for name, value in vars(module).items()
-        if name in LAYER_INDEX_NAMES and is_int(value)
-    ]
-
-
-def _layer_index(layer: nn.Module, path: str, position: int) -> int:
-    found = _index_attributes(layer)
-    if not found:
-        raise ValueError(f"layer {position} of {path!r} has no {'/'.join(LAYER_INDEX_NAMES)}; pass sources=")
-    return found[0][2]
 
 
 def plan(
@@ -393,6 +197,10 @@ def plan(
         interval = f"[1, {total}]" if same_depth else f"[1, {total}) (or {total} with a successor of another kind)"
         raise ValueError(f"num_layers must be an integer in {interval} for this {total}-layer model, got {num_layers}")
     sizes = th.group_sizes_for(total, num_layers, group_sizes)
+    kinds = layout.layer_kinds(model.get_submodule(found.path), config, found.per_layer)
+    given = sizes if group_sizes is not None else None
+    sizes = layout.kind_group_sizes(kinds, num_layers, given, found.path, _inner_stacks(model, found.path)) or sizes
+    num_layers = len(sizes)
     narrow = hidden_size is not None and hidden_size != config.hidden_size
     if hidden_size is not None and not (isinstance(hidden_size, int) and hidden_size > 0):
         raise ValueError(f"hidden_size must be a positive integer, got {hidden_size!r}")
@@ -407,7 +215,10 @@ def plan(
             )
         check_slim(model.get_submodule(found.path)[0], config, heads, intermediate_size)
     sources = [sum(sizes[:i]) for i in range(num_layers)] if narrow else _initial_layers(init, sizes, num_layers)
+    layout.check_sources(kinds, sizes, sources, found.path)
     _check_per_layer(found, config, sizes, sources)
+    if found.stage is None and layout.backbone_stages(config, total):
+        layout.check_backbone(config, sizes, found.path)
     options = {"stack": found, "hidden_size": hidden_size if narrow else None}
     options |= {"heads": heads, "intermediate_size": intermediate_size}
     projection = "linear" if narrow else None
@@ -418,7 +229,16 @@ def plan(
         th.ModuleSpec(spec.path, successor, projection, projection, {**options, "source": source})
         for spec, source in zip(th.plan(model, found.path, group_sizes=sizes), sources, strict=True)
     ]
-    return th.Plan(tuple(specs), on_finalize=functools.partial(sync_config, sources=tuple(sources), stack=found))
+    finalize = functools.partial(sync_config, sources=tuple(sources), stack=found, group_sizes=tuple(sizes))
+    length = layout.window_length(config)
+    more = functools.partial(layout.longer_batch, length=length) if length else None
+    return th.Plan(tuple(specs), on_finalize=finalize, more_examples=more)
+
+
+def _inner_stacks(model: nn.Module, path: str) -> str:
+    """Advice for a stack whose layers are stages holding stacks of their own (Swin's ``encoder.layers``)."""
+    inner = [name for name in find_stacks(model.get_submodule(path)[0]) if name]
+    return f"; its layers are stages with stacks of their own: pass stack='{path}.0.{inner[0]}'" if inner else ""
 
 
 def layer_successor(

@@ -274,20 +274,22 @@ def _width_hint(item: Prepared) -> str:
 
 
 def _shape_hint(successor: nn.Module, expected: Any, actual: Any) -> str:
-    """What to do about a successor whose output differs: a width a projection fixes, or a shape none does."""
+    """What to do about a successor whose output differs: a width a projection fixes, a shape none does, or an
+    output of another structure (a tuple of other items, dpn's pair of paths) that the successor must fix."""
     try:
         marker = torch.empty(0)
         rest = _structure(with_primary_output(expected, marker)), _structure(with_primary_output(actual, marker))
         expected, actual = primary_output(expected), primary_output(actual)
     except (TypeError, IndexError, StopIteration):
         return "fix the successor"
-    if rest[0] != rest[1]:
-        return (
-            "they differ beyond the tensor that flows on (the other items of the output a block carries), which "
-            "no projection fixes; make the successor return what the group returns"
-        )
+    structure = (
+        "make the successor return what the group returns (it differs beyond the tensor that flows on, which no "
+        "projection fixes)"
+        if rest[0] != rest[1]
+        else None
+    )
     if expected.dim() != actual.dim():
-        return "fix the successor"
+        return structure or "fix the successor"
     differing = [d for d in range(expected.dim()) if expected.shape[d] != actual.shape[d]]
     last, width = expected.dim() - 1, boundary_width(successor, "out")
     features = {1, last} if width is None else {1} if width[1] else {last}  # channels first, or last
@@ -296,4 +298,6 @@ def _shape_hint(successor: nn.Module, expected: Any, actual: Any) -> str:
             f"they differ in dimension {', '.join(map(str, differing))} (a spatial size or sequence length: a "
             f"different stride?), which no projection fixes; make the successor keep the group's output shape"
         )
+    if structure is not None:
+        return structure + (", and add out_proj='linear' for its width" if differing else "")
     return "fix the successor or add out_proj='linear'"

@@ -116,6 +116,7 @@ class Trace:
     order: list[int] = field(default_factory=list)  # entries in the order they first ran
     running: list[int] = field(default_factory=list)  # entries entered and not yet left
     layer_calls: dict[int, list[tuple[Batch, Any]]] = field(default_factory=dict)  # per group: each layer's call
+    layer_rng: dict[int, list[torch.Tensor]] = field(default_factory=dict)  # per group: the RNG as each layer started
     written: list[tuple[nn.Module, str]] = field(default_factory=list)  # tensors the run changed in place
     rebuilt: list[str] = field(default_factory=list)  # submodules or parameters the run replaced
 
@@ -236,6 +237,7 @@ def _watch(trace: Trace, entries: Sequence[tuple[nn.Module, nn.Module]], layers:
         calls = trace.layer_calls.setdefault(index, [])
         if len(calls) == position:
             calls.append(((copied(args), copied(kwargs)), None))
+            trace.layer_rng.setdefault(index, []).append(torch.get_rng_state())
 
     def returned(index: int, position: int, output: Any) -> None:
         calls = trace.layer_calls.get(index, [])
@@ -276,8 +278,8 @@ def _mode(training: bool) -> str:
 
 
 def _where(run: ExampleRun, index: int, training: bool) -> str:
-    several = f"example batch {index} in " if len(run.batches) > 1 else ""
-    return f"{several}{_mode(training)} mode"
+    batch = f"example batch {index}" if len(run.batches) > 1 else "the example batch"
+    return f"{batch} in {_mode(training)} mode"
 
 
 def _names(run: ExampleRun) -> dict[int, str]:
@@ -299,8 +301,7 @@ def run_original(run: ExampleRun, groups: Sequence[ResolvedGroup], predecessor_e
     for index, batch in enumerate(run.batches):
         for training in (True, False):
             trace = Trace()
-            layers = [group.modules for group in groups] if index == 0 and training else ()
-            with _hooks(_watch(trace, entries, layers)):
+            with _hooks(_watch(trace, entries, [group.modules for group in groups])):
                 try:
                     run(trace, batch, training, predecessors_in_eval)
                 except Exception as error:
@@ -311,12 +312,24 @@ def run_original(run: ExampleRun, groups: Sequence[ResolvedGroup], predecessor_e
                     ) from error
             _check_original(run, trace, index, training)
             runs.append((index, training, trace))
-    for position, group in enumerate(groups):
-        if position not in runs[0][2].outputs:
-            raise VerificationError(
-                f"group {group.path!r} did not run when the model ran on the example batch; check the path. "
-                f"The model is unchanged."
-            )
+    for index, training, trace in runs:
+        if not training:
+            continue
+        evaluated = next(other for i, t, other in runs if i == index and not t)
+        for position, group in enumerate(groups):
+            ran, ran_in_eval = len(trace.layer_calls.get(position, [])), len(evaluated.layer_calls.get(position, []))
+            if ran < ran_in_eval:
+                raise VerificationError(
+                    f"in training mode the original model skipped layer {ran} of group {group.path!r} on "
+                    f"{_where(run, index, training)[: -len(' in training mode')]}, which ran in eval mode: the model "
+                    f"skips layers at random (LayerDrop); set its layer-drop probability to 0 while replacing (a "
+                    f"transformers config's layerdrop / encoder_layerdrop / decoder_layerdrop). The model is unchanged."
+                )
+            if position not in trace.inputs or position not in trace.outputs:
+                raise VerificationError(
+                    f"group {group.path!r} did not run when the model ran on {_where(run, index, training)}; check "
+                    f"the path. The model is unchanged."
+                )
     again = Trace()
     run(again, run.batches[0], True, predecessors_in_eval)
     gap = difference(again.output, runs[0][2].output)
@@ -368,7 +381,8 @@ def verify(run: ExampleRun, sites: Sequence[ReplacementSite], groups: Sequence[R
         if router is not None:
             router.eval_route = "predecessor"
         try:
-            with _hooks(_watch(trace, [(site, site) for site in sites])):
+            layers = [site.predecessor.layers for site in sites]
+            with _hooks(_watch(trace, [(site, site) for site in sites], layers)):
                 try:
                     run(trace, run.batches[index], training, lambda: None)
                 except Exception as error:
@@ -376,7 +390,7 @@ def verify(run: ExampleRun, sites: Sequence[ReplacementSite], groups: Sequence[R
         finally:
             if router is not None:
                 router.eval_route = eval_route
-        _compare(run, groups, trace, expected, reference.runs[0][2], index, training)
+        _compare(run, groups, trace, expected, index, training)
 
 
 def _raised(
@@ -412,7 +426,6 @@ def _compare(
     groups: Sequence[ResolvedGroup],
     trace: Trace,
     expected: Trace,
-    calls: Trace,
     index: int,
     training: bool,
 ) -> None:
@@ -434,7 +447,7 @@ def _compare(
         if gap is not None:
             raise VerificationError(
                 f"at rate 0 ({where}) the output of group {groups[position].path!r} {gap} from the original's. "
-                f"Likely cause: {_cause(groups, trace, expected, calls, position, training)} The model is unchanged."
+                f"Likely cause: {_cause(groups, trace, expected, position, training)} The model is unchanged."
             )
     gap = difference(trace.output, expected.output)
     if gap is not None:
@@ -468,13 +481,15 @@ def _rng_moved(groups: Sequence[ResolvedGroup], trace: Trace, expected: Trace, u
     for position in trace.order:
         if position > upto:
             break
-        if position in expected.rng and not torch.equal(trace.rng[position], expected.rng[position]):
+        states = [(trace.rng[position], expected.rng.get(position))]
+        states += zip(trace.layer_rng.get(position, []), expected.layer_rng.get(position, []), strict=False)
+        if any(theirs is not None and not torch.equal(ours, theirs) for ours, theirs in states):
             return (
-                f"the torch RNG had drawn a different amount when group {groups[position].path!r} started than in "
-                f"the original: the code around {_container(groups, position)} draws random numbers per layer "
-                f"(LayerDrop, which skips layers at random), so a site of several layers changes every later draw; "
-                f"set the layer-drop probability to 0 while replacing (a transformers config's layerdrop / "
-                f"encoder_layerdrop / decoder_layerdrop)."
+                f"the torch RNG had drawn a different amount when group {groups[position].path!r} (or one of its "
+                f"layers) started than in the original: the code around {_container(groups, position)} draws random "
+                f"numbers per layer (LayerDrop, which skips layers at random), so a site of several layers changes "
+                f"every later draw; set the layer-drop probability to 0 while replacing (a transformers config's "
+                f"layerdrop / encoder_layerdrop / decoder_layerdrop)."
             )
     return None
 
@@ -496,9 +511,7 @@ def _arguments(
     return primary, {**positional, **named}
 
 
-def _cause(
-    groups: Sequence[ResolvedGroup], trace: Trace, expected: Trace, calls: Trace, position: int, training: bool
-) -> str:
+def _cause(groups: Sequence[ResolvedGroup], trace: Trace, expected: Trace, position: int, training: bool) -> str:
     """Why a group's output differs at rate 0, from how the original called the group's layers."""
     group = groups[position]
     container = _container(groups, position)
@@ -506,7 +519,7 @@ def _cause(
     if randomness is not None:
         return randomness
     if len(group.keys) > 1:
-        layers = calls.layer_calls.get(position, [])
+        layers = expected.layer_calls.get(position, [])
         primary_name = primary_parameter_name(group.modules[0])
         if layers and layers[0][1] is not None:
             first = _arguments(group.modules[0], *layers[0][0], primary_name, group.path)

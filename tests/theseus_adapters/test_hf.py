@@ -285,6 +285,16 @@ def test_sliding_window_layer_types_follow_the_kept_layers(exported):
     assert [layer.self_attn.sliding_window for layer in compact.model.layers] == [None, 4]
 
 
+def test_groups_stay_within_runs_of_one_layer_type():
+    model = qwen2_sliding()  # full attention, then 3 sliding layers
+    assert [spec.path for spec in hf.plan(model, num_layers=2)] == ["model.layers[0:1]", "model.layers[1:4]"]
+    assert [spec.path for spec in hf.plan(model, num_layers=3)] == [
+        "model.layers[0:1]",
+        "model.layers[1:3]",
+        "model.layers[3:4]",
+    ]
+
+
 def test_sync_config_reads_sources_from_layer_indices():
     model = FAMILIES["qwen2"].make()
     del model.model.layers[0]  # by hand, without a plan: layers 1, 2, 3 (sliding) remain
@@ -324,11 +334,6 @@ def with_config(make: Callable[[], nn.Module], **changes: Any) -> Callable[[], n
     [
         (lambda: nn.Linear(2, 2), {}, "supports transformers models"),
         (
-            lambda: build("T5Config", "T5EncoderModel", vocab_size=64, d_model=16, d_kv=8, d_ff=32, num_layers=4),
-            {},
-            "layers 0 and 1 of 'encoder.block' .*position_bias",
-        ),
-        (
             lambda: build(
                 "GPT2Config", "GPT2Model", n_embd=16, n_layer=4, n_head=2, scale_attn_by_inverse_layer_idx=True
             ),
@@ -347,8 +352,8 @@ def with_config(make: Callable[[], nn.Module], **changes: Any) -> Callable[[], n
         ),
         (FAMILIES["bart encoder"].make, {}, r"found 2 layer stacks .*pass stack='encoder', 'decoder'"),
         (FAMILIES["bart encoder"].make, {"stack": "encoder.embed_tokens"}, "is not an nn.ModuleList"),
-        (qwen2_sliding, {}, r"group 0 \(layers 0..1\).*would mix config.layer_types"),
-        (qwen2_sliding, {"group_sizes": [1, 3], "init": "last"}, "group 0 .*position 0"),
+        (qwen2_sliding, {"group_sizes": [2, 2]}, r"group 0 \(layers 0..1\).*would mix layers of different kinds"),
+        (qwen2_sliding, {"group_sizes": [1, 3], "init": "last"}, "group 0 .* from layer 2, of another kind"),
         (with_config(FAMILIES["llama"].make, mlp_only_layers=[1]), {}, "lists layer indices"),
         (with_config(FAMILIES["llama"].make, expert_layers=["a", "b", "a", "b"]), {}, "does not know it"),
         (with_config(FAMILIES["llama"].make, num_hidden_layers=6), {}, "holds the length of 'model.layers' \\(4\\)"),
