@@ -59,6 +59,11 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument(
             "--predecessor-from", type=Path, help="a run directory whose fine-tuned predecessor to take (same recipe)"
         )
+    compress.add_argument(
+        "--methods",
+        help="what to train, comma-separated, in place of the recipe's: theseus with +kd, +unfreeze, +warmup, and "
+        "baselines by name (e.g. theseus+warmup+kd,kd,truncated)",
+    )
     sweep.add_argument("--grid", action="append", default=[], help="FIELD=V1,V2,... (repeatable; FIELD may be dotted)")
     sweep.add_argument("--paper-grid", action="store_true", help="BERT-of-Theseus' grid: lr, basic rate b, steps to 1")
     analyze.add_argument("--analysis", required=True, choices=("sensitivity", "schedules", "budget"))
@@ -75,6 +80,8 @@ def _recipe(args: argparse.Namespace) -> Recipe:
         overrides["seed"] = args.seed
     if args.steps_to_one is not None:
         overrides["steps_to_one"] = args.steps_to_one
+    if getattr(args, "methods", None) is not None:  # compress only
+        overrides["methods"] = [name.strip() for name in args.methods.split(",")]
     return get_recipe(args.recipe).with_overrides(overrides)
 
 

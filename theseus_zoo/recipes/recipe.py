@@ -33,6 +33,34 @@ no ternary stage); it needs a recipe with a ``refine`` phase."""
 DEFAULT_BASELINES = ("truncated", "scratch", "kd")
 """What a recipe trains when it names no baselines (``pretrained`` and ``direct`` are asked for by name)."""
 
+THESEUS_MODIFIERS = ("kd", "unfreeze", "warmup")
+"""What ``theseus+<modifier>+...`` adds to Theseus (`parse_method`): ``kd``, the ``kd`` baseline's loss (task loss
+and the frozen predecessor's logits at ``kd_alpha`` / ``kd_temperature``) in place of the task loss alone, through
+the replacing curriculum and successor fine-tuning; ``unfreeze``, every parameter outside the groups (embeddings,
+head) trained once p = 1 (``unfreeze_at_one="all"``); ``warmup``, blockwise distillation first (NetGraft,
+LLM-Streamline's first stage): each successor alone learns to map its group's real input to the group's real output
+(MSE), for ``warmup_fraction`` of the replacing budget, before replacing."""
+
+
+def parse_method(name: str) -> tuple[str, tuple[str, ...]]:
+    """``"theseus+warmup+kd"`` -> ``("theseus", ("warmup", "kd"))``; a baseline's name -> ``(name, ())``. Raises
+    `ValueError` in one line for an unknown method or modifier, a modifier given twice or on a baseline."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"a method is a name like 'theseus+warmup+kd' or 'kd', got {name!r}")
+    base, *modifiers = name.split("+")
+    if base not in ("theseus", *BASELINES):
+        raise ValueError(
+            f"unknown method {name!r}; methods: theseus[+{'|+'.join(THESEUS_MODIFIERS)}], {', '.join(BASELINES)}"
+        )
+    if modifiers and base != "theseus":
+        raise ValueError(f"method {name!r}: modifiers ({', '.join(THESEUS_MODIFIERS)}) apply to theseus only")
+    unknown = [modifier for modifier in modifiers if modifier not in THESEUS_MODIFIERS]
+    if unknown:
+        raise ValueError(f"method {name!r}: unknown modifier {unknown[0]!r}; modifiers: {', '.join(THESEUS_MODIFIERS)}")
+    if len(set(modifiers)) != len(modifiers):
+        raise ValueError(f"method {name!r} names a modifier twice")
+    return base, tuple(modifiers)
+
 
 LR_SCHEDULES = ("linear", "constant")
 SCHEDULES = ("curriculum", "constant", "anti_curriculum")
@@ -139,6 +167,17 @@ class Recipe:
             distillation, Wang et al. 2018). The paper uses the task loss alone.
         kd_weight: Adds this weight times the ``kd`` soft loss (temperature ``kd_temperature``) to the frozen
             predecessor's logits. The paper uses the task loss alone.
+
+    Methods as composable names (issue 24), overriding ``theseus`` and ``baselines`` when given:
+
+    Args:
+        methods: What to train, in order: ``"theseus"`` with modifiers (``"theseus+warmup+kd"``: `THESEUS_MODIFIERS`)
+            and baselines by name (`BASELINES`). The first Theseus variant is reported as ``"theseus"`` (the run's
+            Theseus, which every other model is compared with), later ones under their names. ``None``: Theseus
+            (unless ``theseus`` is false) and ``baselines``. (default: ``None``)
+        warmup_fraction: The share of the replacing budget (``replacing.steps``) that ``+warmup`` spends on
+            blockwise distillation; the replacing stage gets the rest, with ``steps_to_one`` scaled alike.
+            (default: ``0.2``)
     """
 
     name: str
@@ -160,6 +199,8 @@ class Recipe:
     consistency_weight: float = 0.0
     kd_weight: float = 0.0
     refine: Phase | None = None
+    methods: tuple[str, ...] | None = None
+    warmup_fraction: float = 0.2
 
     def __post_init__(self) -> None:
         if not isinstance(self.options, Mapping):
@@ -168,6 +209,26 @@ class Recipe:
             raise ValueError(f"baselines must be a list of names from {', '.join(BASELINES)}, got {self.baselines!r}")
         object.__setattr__(self, "options", dict(self.options))
         object.__setattr__(self, "baselines", tuple(self.baselines))
+        if self.methods is not None:
+            if (
+                isinstance(self.methods, (str, bytes))
+                or not isinstance(self.methods, (list, tuple))
+                or not self.methods
+            ):
+                raise ValueError(f"methods must be a non-empty list of names like 'theseus+kd', got {self.methods!r}")
+            object.__setattr__(self, "methods", tuple(self.methods))
+            for name in self.methods:
+                parse_method(name)
+            if len(set(self.methods)) != len(self.methods):
+                raise ValueError(f"methods names one method twice: {list(self.methods)}")
+            variants = [name for name in self.methods if parse_method(name)[0] == "theseus"]
+            if "theseus" in variants[1:]:
+                raise ValueError(
+                    f"methods: plain theseus must come first among the Theseus variants {variants} (the first is "
+                    f"reported as 'theseus')"
+                )
+        if not (is_finite_number(self.warmup_fraction) and 0 < self.warmup_fraction < 1):
+            raise ValueError(f"warmup_fraction must be a number in (0, 1), got {self.warmup_fraction!r}")
         if not is_finite_number(self.schedule_base) or not 0.0 <= self.schedule_base <= 1.0:
             raise ValueError(f"schedule_base must be a number in [0, 1], got {self.schedule_base!r}")
         if self.schedule not in SCHEDULES:
@@ -181,7 +242,7 @@ class Recipe:
         for name in ("consistency_weight", "kd_weight"):
             if not is_finite_number(getattr(self, name)) or getattr(self, name) < 0:
                 raise ValueError(f"{name} must be a finite number >= 0, got {getattr(self, name)!r}")
-        if not self.theseus and not self.baselines:
+        if not self.method_names():
             raise ValueError("theseus is false and there are no baselines: nothing to train after the predecessor")
         if not is_int(self.seed) or not 0 <= self.seed < 2**31:
             raise ValueError(f"seed must be an integer in [0, 2**31), got {self.seed!r}")
@@ -201,18 +262,26 @@ class Recipe:
         unknown = [name for name in self.baselines if name not in BASELINES]
         if unknown:
             raise ValueError(f"unknown baselines {unknown}; available: {', '.join(BASELINES)}")
+        trained = [parse_method(name)[0] for name in self.method_names()]
         if self.refine is not None and not isinstance(self.refine, Phase):
             raise ValueError(f"refine must be null or an object of Phase fields, got {self.refine!r}")
-        if "direct" in self.baselines and self.refine is None:
+        if "direct" in trained and self.refine is None:
             raise ValueError(
                 "the direct baseline is the refined form built directly from the predecessor, and this recipe has no "
                 "refine phase: add one, or drop direct"
             )
-        if "pretrained" in self.baselines and self.predecessor is None:
+        if "pretrained" in trained and self.predecessor is None:
             raise ValueError(
                 "the pretrained baseline cuts the model from before the predecessor phase, and this recipe has none "
                 "(its predecessor is used as given): use truncated"
             )
+
+    def method_names(self) -> tuple[str, ...]:
+        """What the run trains, in order: ``methods`` when given, else ``"theseus"`` (unless ``theseus`` is false)
+        and the baselines."""
+        if self.methods is not None:
+            return self.methods
+        return (("theseus",) if self.theseus else ()) + self.baselines
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Recipe:
         """A copy with fields replaced; nested dicts update ``options`` and the phases field by field."""

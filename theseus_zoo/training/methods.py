@@ -16,17 +16,20 @@ step a run trains (`train_step` in `theseus_zoo.training.loop`).
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import theseus_core as th
+from theseus_core import primary_output, split_primary
 from theseus_core.distillation import prediction_loss
 
-from ..recipes import Phase, Recipe
+from ..recipes import Phase, Recipe, parse_method
 from ..tasks import Task
 from ..tasks.protocols import BuildsDirect, ExampleInputs, ReplaceOptions
 from .losses import ConsistencyLoss, frozen_teacher
@@ -159,9 +162,17 @@ def replacing_loss(context: Context, theseus: th.Theseus) -> Loss:
 # ----------------------------------------------------------------------------- methods
 class Theseus(Method):
     """Progressive module replacing (BERT-of-Theseus): `theseus_core.replace_` on a copy of the predecessor, the
-    recipe's curriculum until p = 1, then successor fine-tuning, in one stage ``"replacing"``; `finish` finalizes."""
+    recipe's curriculum until p = 1, then successor fine-tuning, in one stage ``"replacing"``; `finish` finalizes.
 
-    name = "theseus"
+    ``modifiers`` (`theseus_zoo.recipes.THESEUS_MODIFIERS`): ``"kd"`` trains on the ``kd`` baseline's loss instead
+    of the task loss (and the recipe's ``kd_weight`` / ``consistency_weight`` extensions); ``"unfreeze"`` trains every
+    parameter outside the groups once p = 1; ``"warmup"`` first trains each successor alone on its group's real
+    input and output (`BlockwiseWarmup`) for ``warmup_fraction`` of the replacing steps, in a stage ``"warmup"``,
+    and replaces over the rest. ``name`` is the report's key; the stages of a second Theseus variant in one run are
+    suffixed with it (``"replacing:theseus+kd"``)."""
+
+    def __init__(self, name: str = "theseus", modifiers: tuple[str, ...] = (), suffix: str = "") -> None:
+        self.name, self.modifiers, self.suffix = name, modifiers, suffix
 
     def build(self, context: Context) -> Trainee:
         task, recipe = context.task, context.recipe
@@ -170,23 +181,96 @@ class Theseus(Method):
         if isinstance(task, ExampleInputs):  # replace_ runs them at rate 0 and refuses a wrong surgery
             options["example_inputs"], options["example_kwargs"] = to_device(task.example_inputs(), context.device)
         theseus = th.replace_(model, task.plan(model), seed=recipe.seed, **options)
+        replacing, steps_to_one, stages = recipe.replacing, recipe.steps_to_one, []
+        if "warmup" in self.modifiers:
+            warmup, replacing, steps_to_one = split_budget(recipe)
+
+            def warm() -> Objective:
+                parameters = [("successors", list(theseus.successor_parameters()))]
+                return Objective(parameters, BlockwiseWarmup(context.task, theseus), theseus, lambda step: 0.0)
+
+            stages.append(Stage("warmup" + self.suffix, warmup, warm))
 
         def objective() -> Objective:
-            return Objective(
-                replacing_parameters(context, model, theseus),
-                replacing_loss(context, theseus),
-                theseus,
-                replacing_schedule(recipe),
-            )
+            if "kd" in self.modifiers:
+                loss = distillation_loss(context, recipe.kd_alpha)
+            else:
+                loss = replacing_loss(context, theseus)
+            unfreeze = "all" if "unfreeze" in self.modifiers else recipe.unfreeze_at_one
+            schedule = replacing_schedule(recipe, steps_to_one)
+            return Objective(replacing_parameters(context, model, theseus, unfreeze), loss, theseus, schedule)
 
-        return Trainee(model, [Stage("replacing", recipe.replacing, objective)], theseus.finalize)
+        stages.append(Stage("replacing" + self.suffix, replacing, objective))
+        return Trainee(model, stages, theseus.finalize)
 
 
-def replacing_parameters(context: Context, model: nn.Module, theseus: th.Theseus) -> list[ParameterGroup]:
-    """The successors' parameters, and with ``unfreeze_at_one`` those it unfreezes at p = 1 (frozen until then:
-    AdamW skips a parameter without gradient)."""
+def split_budget(recipe: Recipe) -> tuple[Phase, Phase, int]:
+    """``+warmup``'s share of the replacing budget: the warm-up phase (``warmup_fraction`` of ``replacing.steps``,
+    at least one step), the replacing phase over the rest, and ``steps_to_one`` scaled to it (at least 1)."""
+    phase, total = recipe.replacing, recipe.replacing.steps
+    if total < 2:
+        raise ValueError(f"+warmup splits the replacing budget, and replacing.steps is {total}: give it 2 or more")
+    warm = min(total - 1, max(1, round(total * recipe.warmup_fraction)))
+    rest = total - warm
+    steps_to_one = min(rest, max(1, round(recipe.steps_to_one * rest / total)))
+    warmup = dataclasses.replace(phase, steps=warm, eval_every=min(phase.eval_every, warm), warmup_steps=0)
+    replacing = dataclasses.replace(
+        phase, steps=rest, eval_every=min(phase.eval_every, rest), warmup_steps=min(phase.warmup_steps, rest)
+    )
+    return warmup, replacing, steps_to_one
+
+
+class BlockwiseWarmup:
+    """The loss of ``+warmup``: Σ over groups of MSE(successor(x), group(x)), with x the group's real input.
+
+    One forward of the model with every group on its (frozen) predecessor, in eval mode and without gradient,
+    records each group's input and output (forward hooks on the sites); each successor (with its projections) then
+    runs in training mode on its group's recorded input, and the squared errors of the primary outputs are summed:
+    every successor learns alone, all in the same pass (NetGraft's and LLM-Streamline's first stage). Returns the
+    loss and the predecessor's logits."""
+
+    def __init__(self, task: Task, theseus: th.Theseus) -> None:
+        self.task, self.theseus = task, theseus
+        self.records: dict[int, tuple[tuple, dict, Any]] = {}
+
+    def __call__(self, model: nn.Module, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        theseus, self.records = self.theseus, {}
+        handles = [
+            site.register_forward_hook(self._record(index), with_kwargs=True)
+            for index, site in enumerate(theseus.sites)
+        ]
+        route, training = theseus.eval_route, model.training
+        theseus.eval_route = "predecessor"
+        model.eval()
+        try:
+            with torch.no_grad():
+                logits = self.task.logits(model, batch)
+        finally:
+            theseus.eval_route = route
+            model.train(training)
+            for handle in handles:
+                handle.remove()
+        terms = []
+        for index, site in enumerate(theseus.sites):
+            args, kwargs, output = self.records[index]
+            primary, rest, named = split_primary(args, kwargs, site.successor.primary_name, f"the site at {site.path}")
+            predicted = primary_output(site.successor(primary, *rest, **named))
+            terms.append(F.mse_loss(predicted, primary_output(output)))
+        return torch.stack(terms).sum(), logits
+
+    def _record(self, index: int) -> Callable[..., None]:
+        def hook(site: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+            self.records[index] = (args, kwargs, output)
+
+        return hook
+
+
+def replacing_parameters(
+    context: Context, model: nn.Module, theseus: th.Theseus, which: str | None
+) -> list[ParameterGroup]:
+    """The successors' parameters, and with ``which`` (``unfreeze_at_one``: ``"head"`` or ``"all"``) those it
+    unfreezes at p = 1 (frozen until then: AdamW skips a parameter without gradient)."""
     groups = [("successors", list(theseus.successor_parameters()))]
-    which = context.recipe.unfreeze_at_one
     if which is not None:
         groups.append(("unfrozen at p = 1", unfrozen_at_one(model, theseus, which, context.task)))
     return groups
@@ -223,21 +307,20 @@ class Baseline(Method):
         return Trainee(model, [Stage(self.name, context.recipe.replacing, objective)], lambda: model)
 
 
-def build_method(name: str) -> Method:
-    """The method called ``name`` in a recipe: ``"theseus"`` or a baseline's name; raises `ValueError` naming the
-    known ones."""
-    from ..recipes import BASELINES
-
-    if name == "theseus":
-        return Theseus()
-    if name in BASELINES:
-        return Baseline(name)
-    raise ValueError(f"unknown method {name!r}; known: theseus, {', '.join(BASELINES)}")
-
-
 def methods_of(recipe: Recipe) -> list[Method]:
-    """The recipe's methods in the order they train: Theseus (unless ``theseus: false``), then its baselines."""
-    return [build_method(name) for name in (["theseus"] if recipe.theseus else []) + list(recipe.baselines)]
+    """The recipe's methods in the order they train (`Recipe.method_names`): the first Theseus variant is the run's
+    ``"theseus"`` (stages ``"warmup"``, ``"replacing"``), a later one keeps its name (and suffixes its stages);
+    baselines are ``"baseline:<name>"``."""
+    methods: list[Method] = []
+    for name in recipe.method_names():
+        base, modifiers = parse_method(name)
+        if base != "theseus":
+            methods.append(Baseline(base))
+        elif any(isinstance(method, Theseus) for method in methods):
+            methods.append(Theseus(name, modifiers, suffix=f":{name}"))
+        else:
+            methods.append(Theseus("theseus", modifiers))
+    return methods
 
 
 def refine_stage(context: Context, name: str, model: nn.Module) -> Stage:

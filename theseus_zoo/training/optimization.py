@@ -61,10 +61,11 @@ def unfrozen_at_one(model: nn.Module, theseus: th.Theseus, which: str, task: Any
     return [parameter for _, parameter in outside]
 
 
-def replacing_schedule(recipe: Recipe) -> Callable[[int], float]:
+def replacing_schedule(recipe: Recipe, steps_to_one: int | None = None) -> Callable[[int], float]:
     """p(step) for the recipe's ``schedule``: the curriculum, a constant rate or the anti-curriculum until
-    ``steps_to_one``, then 1 (successor fine-tuning), as in the paper's Table 6."""
-    curriculum = th.LinearSchedule.reaching_one_at(recipe.steps_to_one, base=recipe.schedule_base)
+    ``steps_to_one`` (default: the recipe's), then 1 (successor fine-tuning), as in the paper's Table 6."""
+    steps_to_one = recipe.steps_to_one if steps_to_one is None else steps_to_one
+    curriculum = th.LinearSchedule.reaching_one_at(steps_to_one, base=recipe.schedule_base)
     if recipe.schedule == "curriculum":
         return curriculum
     before = (
@@ -74,7 +75,7 @@ def replacing_schedule(recipe: Recipe) -> Callable[[int], float]:
     )
 
     def schedule(step: int) -> float:
-        return 1.0 if step >= recipe.steps_to_one else before(step)
+        return 1.0 if step >= steps_to_one else before(step)
 
     return schedule
 
