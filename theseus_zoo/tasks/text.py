@@ -12,9 +12,9 @@ Family ``"bert"``. Its options (all optional):
   ``text_column`` (default ``"text"``), optionally ``text_pair_column``, and ``label_column``
   (default ``"label"``), and optionally ``split`` (`theseus_zoo.data.tables`).
 - ``labels``: what the labels are. Rotten Tomatoes: ``"binary"`` (the default), ``"five"`` valence quintiles or
-  ``"regression"`` on the valence. The user's own data: ``"classes"`` or ``"regression"``; left out (``null``), it
-  is inferred from the file only when that leaves no doubt, and the inference is printed
-  (`theseus_zoo.data.tables`). BBC News and GLUE have their own (leave it out).
+  ``"regression"`` on the valence. The user's own data: ``"classes"`` or ``"regression"`` (``"binary"``: classes,
+  exactly two); left out (``null``), it is inferred from the file only when that leaves no doubt, and the inference
+  is printed (`theseus_zoo.data.tables`). BBC News and GLUE have their own (leave it out).
 - ``missing_labels``: the user's own rows with no label (empty, ``NaN``, ``NA``, ``null``): ``"refuse"`` them, the
   error naming the rows, or ``"drop"`` them, counted. (default: ``"refuse"``)
 - ``split_seed``, ``dev_fraction``, ``test_fraction``: the fixed stratified split of the datasets
@@ -157,7 +157,7 @@ class TextClassificationTask:
         elif name == "bbc-news" or self.glue is not None:
             if kind is not None and not (name == "bbc-news" and kind == "classes"):
                 raise ValueError(f"labels={kind!r}: {name} has labels of its own; leave labels out (null)")
-        elif kind is not None and kind not in OWN_LABELS:
+        elif kind is not None and kind not in (*OWN_LABELS, "binary"):  # binary: classes, two of them (checked)
             raise ValueError(
                 f"labels={kind!r} is a Rotten Tomatoes option; for {name} set labels to 'classes' (class labels) or "
                 f"'regression' (numbers to predict), or to null to infer it from the file"
@@ -220,10 +220,16 @@ class TextClassificationTask:
                 text_column=self.text_column,
                 text_pair_column=self.text_pair_column,
                 label_column=self.label_column,
-                labels=self.label_kind,
+                labels="classes" if self.label_kind == "binary" else self.label_kind,
                 missing=self.missing_labels,
                 **self.split,
             )
+            names = self._table.label_names or ()
+            if self.label_kind == "binary" and len(names) != 2:
+                raise ValueError(
+                    f"labels='binary' asks for two classes; {self.dataset_name} has {len(names)} "
+                    f"({', '.join(names[:10])}): set labels to 'classes'"
+                )
         return self._table
 
     @property

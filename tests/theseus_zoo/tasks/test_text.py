@@ -299,7 +299,6 @@ def test_numeric_labels_with_a_stray_value_are_refused_and_missing_ones_dropped_
     ("options", "message"),
     [
         ({"labels": "five"}, "reviews.csv set labels to 'classes' (class labels) or 'regression'"),
-        ({"labels": "binary"}, "or to null to infer it from the file"),
         ({"dataset": "rotten-tomatoes", "labels": "classes"}, "Rotten Tomatoes takes labels 'binary', 'five'"),
         ({"dataset": "bbc-news", "labels": "five"}, "bbc-news has labels of its own; leave labels out (null)"),
         ({"dataset": "rotten-tomatoes", "missing_labels": "drop"}, "missing_labels is for your own data"),
@@ -318,3 +317,16 @@ def test_the_demo_recipe_is_the_five_grade_one_layer_cell_at_a_fraction_of_its_b
     assert demo.options == {**full.options, "max_length": 64} and demo.baselines == ("truncated", "kd")
     assert demo.predecessor.steps == 150 < full.predecessor.steps and demo.replacing.steps == 200 < full.replacing.steps
     assert demo.theseus and demo.steps_to_one == demo.replacing.steps // 2
+
+
+def test_binary_on_own_data_means_two_classes(tmp_path):
+    reviews = write_reviews(tmp_path / "reviews.csv", sentences(30, 3))
+    columns = {"text_column": "review", "label_column": "verdict"}
+    assert text.TextClassificationTask({"dataset": str(reviews), "labels": "binary", **columns}, 0).num_labels == 2
+    (tmp_path / "three.csv").write_text("text,label\n" + "".join(f"t{i},{'abc'[i % 3]}\n" for i in range(60)))
+    task = text.TextClassificationTask({"dataset": str(tmp_path / "three.csv"), "labels": "binary"}, 0)
+    with pytest.raises(
+        ValueError,
+        match=r"labels='binary' asks for two classes; .*three\.csv has 3 \(a, b, c\): set labels to 'classes'",
+    ):
+        _ = task.label_names
