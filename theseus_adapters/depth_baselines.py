@@ -28,7 +28,7 @@ from torch import nn
 from theseus_core import primary_output, split_primary
 from theseus_core.site import primary_parameter_name
 
-from .hf import Stack, layer_stack, sync_config
+from .hf_stack import Stack, layer_stack, sync_config
 from .layer_selection import (
     Batch,
     _check_depth,

@@ -4,7 +4,7 @@ tests use it: `theseus_adapters.depth_baselines` (ShortGPT, LLM-Streamline) and 
 namespace. ``_record_run`` and ``_run_mse`` are here for the test that checks the MSE Streamline reports."""
 
 from .depth_baselines import DepthPruned, _record_run, _run_mse, keep_layers, shortgpt, streamline
-from .hf import layer_stack
+from .hf_stack import layer_stack
 from .layer_selection import block_influence, influence_groups, layer_similarities, most_similar_run
 
 __all__ = [

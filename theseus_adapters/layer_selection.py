@@ -28,7 +28,7 @@ from theseus_core import primary_output, split_primary
 from theseus_core.checks import is_int
 from theseus_core.site import primary_parameter_name
 
-from .hf import layer_stack
+from .hf_stack import layer_stack
 
 Batch = Mapping[str, torch.Tensor]
 
