@@ -110,11 +110,11 @@ def _own_data(recipe: Recipe, overrides_description: bool) -> Recipe:
         return recipe
     from .tasks import build_task
 
-    task = build_task(recipe.family, recipe.options, recipe.seed)
     try:
+        task = build_task(recipe.family, recipe.options, recipe.seed)
         description = task.describe_data()
         inference = task.label_inference()
-    except (ValueError, FileNotFoundError):
+    except (ValueError, FileNotFoundError):  # the run raises it again, printed once under torchrun
         return recipe
     if description is None:
         return recipe
