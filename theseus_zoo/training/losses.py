@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import theseus_core as th
-from theseus_core.site import primary_output, split_primary
+from theseus_core import primary_output, split_primary
 
 
 def frozen_teacher(model: nn.Module, device: torch.device) -> nn.Module:

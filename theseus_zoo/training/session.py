@@ -31,6 +31,9 @@ from . import ranks
 from .checkpoints import previous_of, read_checkpoint, write_checkpoint
 from .run_directory import CHECKPOINT, RunError, RunLock, check_writable, finished_predecessor, repair_metrics
 
+FINISHED_FILES = ("report.json", "report.md", "metrics.jsonl", "model")
+"""What a run leaves in its directory beside the checkpoint: a fresh run refuses a directory that holds any."""
+
 
 def atomic_save(obj: Any, path: Path) -> None:
     """A checksummed checkpoint through a temporary file and a rename (`theseus_zoo.training.checkpoints`): a crash
@@ -114,8 +117,7 @@ class Session:
                 if resume:
                     repair_metrics(session.out / "metrics.jsonl", state["metrics_bytes"])
                 else:
-                    for stale in ("metrics.jsonl", "report.json", "report.md", "curves.png"):  # appends to nothing
-                        (session.out / stale).unlink(missing_ok=True)
+                    (session.out / "curves.png").unlink(missing_ok=True)  # the others were refused above
                 (session.out / "recipe.json").write_text(json.dumps(recipe.to_dict(), indent=2) + "\n")
         session.tensorboard = _tensorboard_writer(session.out / "tensorboard") if session.main else None
         return session
@@ -129,6 +131,12 @@ class Session:
             raise RunError(f"--resume: no {CHECKPOINT} in {self.out}; start without --resume")
         if not resume and started:
             raise RunError(f"{self.out} holds a run already; pass --resume to continue it, or choose another --out")
+        left = [name for name in FINISHED_FILES if not resume and (self.out / name).exists()]
+        if left:  # a finished run whose checkpoint was deleted: a new run would overwrite its results unasked
+            raise RunError(
+                f"{self.out} holds an earlier run's results ({', '.join(left)}) and no {CHECKPOINT} to resume: "
+                f"choose another --out, or delete them first"
+            )
         check_writable(self.out)
         phases = (("predecessor", recipe.predecessor), ("replacing", recipe.replacing), ("refine", recipe.refine))
         uneven = [name for name, phase in phases if phase is not None and phase.batch_size % self.processes]

@@ -230,12 +230,26 @@ def test_a_second_writer_is_refused_with_the_pid_of_the_first(tmp_path, capsys):
     assert compress(tmp_path) == 0 and not (out / ".lock").exists()
 
 
-def test_a_fresh_run_never_appends_to_old_files(tmp_path):
+def test_a_fresh_run_never_appends_to_old_files_nor_overwrites_them_unasked(tmp_path, capsys):
     out = tmp_path / "run"
     out.mkdir()
     (out / "metrics.jsonl").write_text('{"phase": "old"}\n')
+    assert compress(tmp_path) == 2
+    assert "earlier run's results (metrics.jsonl)" in capsys.readouterr().err
+    assert (out / "metrics.jsonl").read_text() == '{"phase": "old"}\n'
+
+
+def test_a_finished_run_whose_checkpoint_was_deleted_is_not_overwritten_without_a_word(tmp_path, capsys):
     assert compress(tmp_path) == 0
-    assert '"old"' not in (out / "metrics.jsonl").read_text()
+    out = tmp_path / "run"
+    (out / CHECKPOINT).unlink()
+    (out / f"{CHECKPOINT}.previous").unlink(missing_ok=True)
+    before = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
+    capsys.readouterr()
+    assert compress(tmp_path) == 2
+    error = capsys.readouterr().err.strip()
+    assert "report.json, report.md, metrics.jsonl, model" in error and len(error.splitlines()) == 1
+    assert {path: path.read_bytes() for path in out.rglob("*") if path.is_file()} == before
 
 
 def test_an_out_that_is_a_file_is_refused_before_any_work(tmp_path, capsys):
