@@ -1,5 +1,6 @@
 """A user's own text data: ``.csv``, ``.tsv`` or ``.jsonl`` files (UTF-8, a byte-order mark is read past), or a
-`datasets` ``save_to_disk`` folder.
+`datasets` ``save_to_disk`` folder (a ``ClassLabel`` column gives its class names, and its -1, no label, is a
+missing label).
 
 Each row holds a text (``text_column``), optionally a second text (``text_pair_column``: sentence pairs) and a
 label (``label_column``). ``labels`` says what the labels are: ``"classes"`` (each distinct label is a class,
@@ -82,8 +83,11 @@ def _rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
         parts = loaded.items() if isinstance(loaded, datasets.DatasetDict) else [(None, loaded)]
         rows, number = [], 0
         for split, part in parts:
+            named = {c: f for c, f in part.features.items() if isinstance(f, datasets.ClassLabel)}
             for row in part:
                 number += 1
+                for column, feature in named.items():  # class names, not ids; -1 (no label) is a missing label
+                    row[column] = feature.int2str(row[column]) if row[column] is not None and row[column] >= 0 else None
                 rows.append((number, {**row, "split": split} if split is not None and "split" not in row else row))
         return rows
     if path.suffix not in FORMATS:

@@ -67,6 +67,20 @@ def test_a_save_to_disk_folder(tmp_path):
     assert tables.load_table(tmp_path / "folder").splits["train"].num_rows == 48
 
 
+def test_a_class_label_column_gives_its_names_and_minus_one_is_a_missing_label(tmp_path):
+    import datasets
+
+    features = datasets.Features({"text": datasets.Value("string"), "label": datasets.ClassLabel(names=["neg", "pos"])})
+    records = [{"text": f"t{i}", "label": i % 2} for i in range(40)]
+    datasets.Dataset.from_list(records, features=features).save_to_disk(str(tmp_path / "named"))
+    assert tables.load_table(tmp_path / "named").label_names == ("neg", "pos")
+    datasets.Dataset.from_list([*records, {"text": "x", "label": -1}], features=features).save_to_disk(
+        str(tmp_path / "hidden")
+    )
+    with pytest.raises(ValueError, match=r"1 row with no label in 'label' \(row 41 \(null\)\)"):
+        tables.load_table(tmp_path / "hidden")
+
+
 @pytest.mark.parametrize(
     ("content", "options", "message"),
     [
