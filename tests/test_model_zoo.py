@@ -24,6 +24,7 @@ class Case:
     inputs: tuple[Any, ...]
     kwargs: dict[str, Any] = field(default_factory=dict)
     refused: str | None = None  # the message replace_ must give, for models it must refuse
+    batches: list[Any] | None = None  # several example batches (example_inputs as a list), for refusals
 
 
 CASES: dict[str, Callable[[], Case]] = {}
@@ -374,6 +375,282 @@ def cnn() -> Case:
     return Case(model, halves(model, "2"), (images(8),))
 
 
+# ------------------------------------------------ issue 25: held-out architectures, each exact or refused for cause
+
+
+def hf_plan_case(model: nn.Module, inputs: dict[str, Any], num_layers: int = 2, **options: Any) -> Case:
+    from theseus_adapters import hf as adapter
+
+    return Case(model, adapter.plan(model, num_layers, **options), (), inputs)
+
+
+case("transformers Mistral, sliding window (hf.plan)")(
+    lambda: hf_plan_case(
+        hf("MistralConfig", "MistralModel", **DECODER, sliding_window=4), {"input_ids": tokens(), "use_cache": False}
+    )
+)
+GEMMA2 = dict(DECODER, head_dim=8, sliding_window=4)
+
+
+@case("transformers Gemma2, th.plan, a batch longer than the window")
+def gemma2() -> Case:
+    model = hf("Gemma2Config", "Gemma2Model", **GEMMA2)
+    batches = [{"input_ids": tokens(4)}, {"input_ids": tokens(16)}]
+    message = r"calls layer 1 of the group with another 'attention_mask'"
+    return Case(model, halves(model, "layers"), (), {"use_cache": False}, refused=message, batches=batches)
+
+
+MOE = dict(moe_intermediate_size=8, n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1, n_group=1)
+MOE |= dict(topk_group=1, first_k_dense_replace=1, q_lora_rank=None, kv_lora_rank=8, qk_rope_head_dim=4)
+case("transformers DeepSeek-V3, dense then MoE (hf.plan)")(
+    lambda: hf_plan_case(
+        hf("DeepseekV3Config", "DeepseekV3Model", **DECODER | {"num_key_value_heads": 2}, **MOE, qk_nope_head_dim=4),
+        {"input_ids": tokens(), "use_cache": False},
+    )
+)
+case("transformers OPT")(
+    lambda: hf_text(
+        "OPTConfig", "OPTModel", "decoder.layers", **ENCODER, ffn_dim=32, word_embed_proj_dim=16, layerdrop=0.0
+    )
+)
+case("transformers Falcon")(lambda: hf_text("FalconConfig", "FalconModel", "h", **ENCODER, use_cache=False))
+MAMBA = dict(vocab_size=64, hidden_size=16, state_size=4, num_hidden_layers=4, expand=2, conv_kernel=2)
+case("transformers Mamba (state space)")(
+    lambda: hf_plan_case(hf("MambaConfig", "MambaModel", **MAMBA, use_mambapy=False), {"input_ids": tokens()})
+)
+RWKV = dict(vocab_size=64, hidden_size=16, num_hidden_layers=4, attention_hidden_size=16, intermediate_size=32)
+case("transformers RWKV, rescale_every=0 (hf.plan)")(
+    lambda: hf_plan_case(
+        hf("RwkvConfig", "RwkvModel", **RWKV, rescale_every=0, context_length=32),
+        {"input_ids": tokens(), "use_cache": False},
+    )
+)
+
+
+@case("transformers RWKV, rescale_every=2")
+def rwkv_rescaling() -> Case:
+    model = hf("RwkvConfig", "RwkvModel", **RWKV, rescale_every=2, context_length=32)
+    return Case(model, halves(model, "blocks"), (), {"input_ids": tokens(), "use_cache": False}, refused="own weights")
+
+
+case("transformers T5 encoder (hf.plan)")(
+    lambda: hf_plan_case(
+        hf("T5Config", "T5EncoderModel", vocab_size=64, d_model=16, d_kv=8, d_ff=32, num_layers=4, num_heads=2),
+        {"input_ids": tokens()},
+    )
+)
+SEQ2SEQ = dict(vocab_size=64, d_model=16, encoder_layers=4, decoder_layers=4, encoder_attention_heads=2)
+SEQ2SEQ |= dict(decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=32)
+
+
+def both_stacks(config: str, model_class: str, **options: Any) -> Case:
+    model = hf(config, model_class, **SEQ2SEQ, **options)
+    specs = [*halves(model, "encoder.layers"), *halves(model, "decoder.layers", -1)]
+    return Case(model, specs, (), {"input_ids": tokens(), "decoder_input_ids": tokens(4)})
+
+
+case("transformers BART, both stacks")(lambda: both_stacks("BartConfig", "BartModel"))
+case("transformers M2M100, both stacks, no layerdrop")(
+    lambda: both_stacks("M2M100Config", "M2M100Model", encoder_layerdrop=0.0, decoder_layerdrop=0.0)
+)
+
+
+@case("transformers M2M100, encoder_layerdrop=0.3")
+def m2m100_layerdrop() -> Case:
+    built = both_stacks("M2M100Config", "M2M100Model", encoder_layerdrop=0.3, decoder_layerdrop=0.0)
+    built.refused = "LayerDrop"
+    return built
+
+
+@case("transformers BigBird, a sequence too short for its blocks")
+def bigbird() -> Case:
+    model = hf("BigBirdConfig", "BigBirdModel", **ENCODER, block_size=2, num_random_blocks=1)
+    return Case(model, halves(model, "encoder.layer"), (tokens(8),), refused="rebuilds itself for this input")
+
+
+@case("transformers Wav2Vec2, SpecAugment")
+def wav2vec2() -> Case:
+    options = dict(vocab_size=16, hidden_size=16, num_hidden_layers=4, num_attention_heads=2, intermediate_size=32)
+    options |= dict(conv_dim=(8, 8), conv_stride=(4, 4), conv_kernel=(8, 4), num_conv_pos_embeddings=4)
+    options |= dict(num_conv_pos_embedding_groups=2, layerdrop=0.0, mask_time_prob=0.5, mask_time_length=2)
+    model = hf("Wav2Vec2Config", "Wav2Vec2Model", **options)
+    audio = torch.randn(2, 400, generator=torch.Generator().manual_seed(0))
+    return Case(model, halves(model, "encoder.layers"), (audio,), refused="outside torch's RNG")
+
+
+case("transformers DINOv2 backbone (hf.plan)")(
+    lambda: hf_plan_case(
+        hf("Dinov2Config", "Dinov2Model", **ENCODER, image_size=16, patch_size=4), {"pixel_values": images(16)}
+    )
+)
+SEGFORMER = dict(num_encoder_blocks=2, depths=[2, 2], sr_ratios=[2, 1], hidden_sizes=[8, 16], patch_sizes=[7, 3])
+SEGFORMER |= dict(strides=[4, 2], num_attention_heads=[1, 2], mlp_ratios=[2, 2])
+case("transformers Segformer, one stage (hf.plan)")(
+    lambda: hf_plan_case(
+        hf("SegformerConfig", "SegformerModel", **SEGFORMER), {"pixel_values": images()}, 1, stack="stages.0.blocks"
+    )
+)
+
+
+@case("transformers Swin, one stage")
+def hf_swin() -> Case:
+    options = dict(image_size=16, patch_size=2, embed_dim=8, depths=[2, 2], num_heads=[1, 2], window_size=2)
+    model = hf("SwinConfig", "SwinModel", **options)
+    return Case(model, [th.ModuleSpec("encoder.layers.0.blocks[0:2]", th.copy_module(0))], (images(16),))
+
+
+@case("timm ConvNormAct stack, narrower with out_proj='linear'")
+def conv_norm_act() -> Case:
+    from timm.layers import ConvNormAct
+
+    torch.manual_seed(0)
+    model = nn.Sequential(*(ConvNormAct(8, 8, 3) for _ in range(4)))
+    spec = th.ModuleSpec("[0:2]", lambda group: ConvNormAct(8, 4, 3), out_proj="linear")
+    return Case(model, [spec], (images(8, channels=8),))
+
+
+@case("timm ConvNeXt")
+def timm_convnext() -> Case:
+    from timm.models.convnext import ConvNeXt
+
+    torch.manual_seed(0)
+    model = ConvNeXt(depths=(1, 1, 2, 1), dims=(8, 8, 8, 8), num_classes=4, drop_path_rate=0.1)
+    return Case(model, [th.ModuleSpec("stages.2.blocks[0:2]", th.copy_module(0))], (images(),))
+
+
+@case("timm MLP-Mixer")
+def timm_mixer() -> Case:
+    from timm.models.mlp_mixer import MlpMixer
+
+    torch.manual_seed(0)
+    model = MlpMixer(num_classes=4, img_size=16, patch_size=4, num_blocks=4, embed_dim=16, drop_rate=0.1)
+    return Case(model, halves(model, "blocks"), (images(16),))
+
+
+@case("torchvision shufflenet_v2")
+def shufflenet() -> Case:
+    import torchvision
+
+    torch.manual_seed(0)
+    model = torchvision.models.shufflenet_v2_x0_5(num_classes=4)
+    return Case(model, [th.ModuleSpec("stage3[1:4]", th.copy_module(0))], (images(),))
+
+
+@case("torchvision squeezenet")
+def squeezenet() -> Case:
+    import torchvision
+
+    torch.manual_seed(0)
+    model = torchvision.models.squeezenet1_1(num_classes=4)
+    return Case(model, [th.ModuleSpec("features[3:5]", th.copy_module(0))], (images(),))
+
+
+class MaskedStack(nn.Module):
+    """Layers alternate a local and a global mask, chosen by the loop (Gemma2, ModernBERT)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([nn.TransformerEncoderLayer(**LAYER) for _ in range(4)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        local = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).triu(2) | torch.ones_like(
+            torch.eye(x.shape[1], dtype=torch.bool)
+        ).tril(-2)
+        for index, layer in enumerate(self.layers):
+            x = layer(x, src_mask=local if index % 2 == 0 else None)
+        return x
+
+
+@case("torch loop with per-layer masks")
+def masked_stack() -> Case:
+    torch.manual_seed(0)
+    model = MaskedStack()
+    return Case(model, halves(model, "layers"), (torch.randn(2, 6, 8),), refused="another 'src_mask' than layer 0")
+
+
+class LayerDropStack(nn.Module):
+    """Skips each layer with probability 0.2 in training (LayerDrop, Fan et al. 2019)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.1)) for _ in range(4)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            if not self.training or torch.rand(()) >= 0.2:
+                x = layer(x)
+        return x
+
+
+@case("torch loop with LayerDrop")
+def layerdrop_stack() -> Case:
+    torch.manual_seed(0)
+    model = LayerDropStack()
+    return Case(model, halves(model, "layers"), (torch.randn(2, 8),), refused="LayerDrop")
+
+
+class GRUStack(nn.Module):
+    """Each GRU starts from the final state of the one below (a hidden state the loop hands on)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([nn.GRU(8, 8, batch_first=True) for _ in range(4)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        state = None
+        for layer in self.layers:
+            x, state = layer(x, state)
+        return x
+
+
+@case("torch GRU stack handing on its state")
+def gru_stack() -> Case:
+    torch.manual_seed(0)
+    model = GRUStack()
+    return Case(model, halves(model, "layers"), (torch.randn(2, 5, 8),), refused="another 'hx' than layer 0")
+
+
+case("transformers GPT-NeoX")(lambda: hf_text("GPTNeoXConfig", "GPTNeoXModel", "layers", **ENCODER, use_cache=False))
+case("transformers BEiT backbone (hf.plan)")(
+    lambda: hf_plan_case(
+        hf("BeitConfig", "BeitModel", **ENCODER, image_size=16, patch_size=4, use_relative_position_bias=True),
+        {"pixel_values": images(16)},
+    )
+)
+case("transformers Marian, both stacks")(lambda: both_stacks("MarianConfig", "MarianModel", pad_token_id=0))
+
+
+@case("torchvision mnasnet")
+def mnasnet() -> Case:
+    import torchvision
+
+    torch.manual_seed(0)
+    model = torchvision.models.mnasnet0_5(num_classes=4)
+    return Case(model, [th.ModuleSpec("layers.9[1:3]", th.copy_module(0))], (images(),))
+
+
+class DepthScaled(nn.Module):
+    """Scales each layer's update by 1 / (index + 1) in the loop (depth-scaled residuals)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(8, 8) for _ in range(4)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for index, layer in enumerate(self.layers):
+            x = x + layer(x) / (index + 1)
+        return x
+
+
+@case("torch loop with depth-scaled residuals")
+def depth_scaled() -> Case:
+    torch.manual_seed(0)
+    model = DepthScaled()
+    return Case(
+        model, halves(model, "layers"), (torch.randn(2, 8),), refused="changes the hidden states between layers 0"
+    )
+
+
 def snapshot(model: nn.Module) -> tuple:
     return (
         repr(model),
@@ -391,7 +668,8 @@ def test_the_model_works_or_is_refused_clearly(name):
         return
     before = snapshot(built.model)
     with pytest.raises(th.VerificationError, match=built.refused) as raised:
-        th.replace_(built.model, built.specs, example_inputs=built.inputs, example_kwargs=built.kwargs)
+        examples = built.batches if built.batches is not None else built.inputs
+        th.replace_(built.model, built.specs, example_inputs=examples, example_kwargs=built.kwargs)
     assert "The model is unchanged" in str(raised.value)
     after = snapshot(built.model)
     assert after[0] == before[0] and after[2:] == before[2:]
@@ -400,4 +678,4 @@ def test_the_model_works_or_is_refused_clearly(name):
 
 
 def test_the_zoo_is_large():
-    assert len(CASES) >= 30
+    assert len(CASES) >= 64

@@ -256,7 +256,7 @@ def check_successors(prepared: list[Prepared], group_inputs: list[Any], group_ou
         if expected != actual:
             raise ValueError(
                 f"the successor for group {path!r} returns {actual}, but the group returns {expected}; "
-                + _shape_hint(item.successor.inner, group_output, output)
+                + _shape_hint(item.successor.inner, group_output, output, args)
             )
 
 
@@ -273,9 +273,15 @@ def _width_hint(item: Prepared) -> str:
     return "; " + "; ".join(hints) if hints else ""
 
 
-def _shape_hint(successor: nn.Module, expected: Any, actual: Any) -> str:
+def _shape_hint(successor: nn.Module, expected: Any, actual: Any, args: tuple = ()) -> str:
     """What to do about a successor whose output differs: a width a projection fixes, a shape none does, or an
     output of another structure (a tuple of other items, dpn's pair of paths) that the successor must fix."""
+    if args and not isinstance(args[0], torch.Tensor):
+        return (
+            f"the group's input is a {type(args[0]).__name__}, not a tensor (blocks that carry several tensors, such "
+            f"as dpn's pair of paths), which no projection applies to; make the successor take and return what the "
+            f"group does"
+        )
     try:
         marker = torch.empty(0)
         rest = _structure(with_primary_output(expected, marker)), _structure(with_primary_output(actual, marker))

@@ -476,13 +476,17 @@ def _compare(
             )
 
 
-def _rng_moved(groups: Sequence[ResolvedGroup], trace: Trace, expected: Trace, upto: int) -> str | None:
-    """The cause when the torch RNG had advanced differently before a group than in the original, else None."""
+def _rng_moved(
+    groups: Sequence[ResolvedGroup], trace: Trace, expected: Trace, upto: int, layers: bool = False
+) -> str | None:
+    """The cause when the torch RNG had advanced differently before a group (or, with ``layers``, before one of
+    its layers) than in the original, else None."""
     for position in trace.order:
         if position > upto:
             break
         states = [(trace.rng[position], expected.rng.get(position))]
-        states += zip(trace.layer_rng.get(position, []), expected.layer_rng.get(position, []), strict=False)
+        if layers:
+            states += zip(trace.layer_rng.get(position, []), expected.layer_rng.get(position, []), strict=False)
         if any(theirs is not None and not torch.equal(ours, theirs) for ours, theirs in states):
             return (
                 f"the torch RNG had drawn a different amount when group {groups[position].path!r} (or one of its "
@@ -547,6 +551,9 @@ def _cause(groups: Sequence[ResolvedGroup], trace: Trace, expected: Trace, posit
                         f"{layer} of the group (a residual, dropout, norm or convolution in the loop), which a "
                         f"site of several layers skips; use groups of 1 there, or an adapter."
                     )
+        randomness = _rng_moved(groups, trace, expected, position, layers=True) if training else None
+        if randomness is not None:
+            return randomness
         return (
             f"the loop around {container} passes state from one layer to the next or changes the hidden states "
             f"between layers, which a site of several layers skips; group sizes of 1 there, or an adapter, are "
