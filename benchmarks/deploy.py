@@ -233,7 +233,7 @@ def models(repeats: int, workdir: Path) -> dict[str, Any]:
     """ms per forward of each runtime at each shape, and the ratios (module docstring, part 2)."""
     import theseus_quant as tq
     from theseus_quant.onnx import TRANSLATIONS
-    from theseus_zoo.export.onnx import Logits, export_onnx, run_session, session
+    from theseus_zoo.export.onnx import QUANTIZED_TOLERANCE, Logits, export_onnx, run_session, session
 
     built = _models()
     integer = {}
@@ -245,8 +245,8 @@ def models(repeats: int, workdir: Path) -> dict[str, Any]:
     checks = [_inputs(3, 40)]
     exports = {
         "predecessor": export_onnx(Logits(built["predecessor"]), example, workdir / "predecessor.onnx", dynamic_axes=axes, check_inputs=checks),  # noqa: E501
-        "ternary": export_onnx(Logits(integer["ternary"]), example, workdir / "ternary.int8.onnx", dynamic_axes=axes, check_inputs=checks, translations=TRANSLATIONS, reference=Logits(built["ternary"])),  # noqa: E501
-        "binary": export_onnx(Logits(integer["binary"]), example, workdir / "binary.int8.onnx", dynamic_axes=axes, check_inputs=checks, translations=TRANSLATIONS, reference=Logits(built["binary"])),  # noqa: E501
+        "ternary": export_onnx(Logits(integer["ternary"]), example, workdir / "ternary.int8.onnx", dynamic_axes=axes, check_inputs=checks, translations=TRANSLATIONS, reference=Logits(built["ternary"]), tolerance=QUANTIZED_TOLERANCE),  # noqa: E501
+        "binary": export_onnx(Logits(integer["binary"]), example, workdir / "binary.int8.onnx", dynamic_axes=axes, check_inputs=checks, translations=TRANSLATIONS, reference=Logits(built["binary"]), tolerance=QUANTIZED_TOLERANCE),  # noqa: E501
     }  # fmt: skip
     sessions = {name: session(export.path) for name, export in exports.items()}
 
