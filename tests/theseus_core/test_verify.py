@@ -277,3 +277,201 @@ def test_a_model_under_replacement_can_be_copied_and_pickled():
     for twin in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
         assert twin.layers[0].self_attn is twin.layers[0].predecessor.layers[0].self_attn
         twin.eval()(torch.randn(2, 3, 8))
+
+
+# ----------------------------------------------- issue 25: both modes, several batches, the original checked first
+
+
+class EvalFastPath(nn.Module):
+    """In eval mode the loop calls each layer's fused path by name, which a site passes to its first layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(8, 8) for _ in range(4)])
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x) if self.training else nn.functional.linear(x, layer.weight, layer.bias)
+        return x
+
+
+def test_eval_mode_is_verified_as_well_as_training_mode():
+    model = EvalFastPath()
+    before = snapshot(model)
+    specs = th.plan(model, "layers", num_groups=2, successor=th.copy_module(0))
+    with pytest.raises(th.VerificationError, match=r"at rate 0 \(the example batch in eval mode\)"):
+        th.replace_(model, specs, example_inputs=(torch.randn(3, 8),))
+    assert_untouched(model, before)
+
+
+class WindowedStack(nn.Module):
+    """Layer i sees only the last 4 positions when i is even (a sliding window): for 4 positions or fewer every
+    layer gets the same mask."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([Masked() for _ in range(4)])
+
+    def forward(self, x):
+        positions = torch.arange(x.shape[1])
+        window = (positions[:, None] - positions[None, :]).abs() < 4
+        full = torch.ones_like(window)
+        for index, layer in enumerate(self.layers):
+            x = layer(x, mask=window if index % 2 == 0 else full)
+        return x
+
+
+class Masked(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(8, 8)
+
+    def forward(self, x, mask):
+        return self.linear(torch.einsum("st,btd->bsd", mask.float() / mask.sum(1, keepdim=True), x))
+
+
+def test_several_example_batches_catch_what_a_short_one_hides():
+    model = WindowedStack()
+    specs = th.plan(model, "layers", num_groups=2, successor=th.copy_module(0))
+    short, long = torch.randn(2, 4, 8), torch.randn(2, 9, 8)
+    th.replace_(model, specs, example_inputs=(short,)).restore()  # every mask is full at 4 positions
+    before = snapshot(model)
+    with pytest.raises(th.VerificationError, match=r"example batch 1 .*another 'mask' than layer 0"):
+        th.replace_(model, specs, example_inputs=[(short,), (long,)])
+    assert_untouched(model, before)
+
+
+@pytest.mark.parametrize(
+    ("examples", "error", "message"),
+    [([], ValueError, "empty list"), ([torch.randn(2, 8)], TypeError, r"example_inputs\[0\] must be a tuple")],
+)
+def test_example_batches_are_checked_before_anything_runs(examples, error, message):
+    model = ToyStack()
+    with pytest.raises(error, match=message):
+        th.replace_(model, [th.ModuleSpec("blocks[0:2]", th.copy_module(0))], example_inputs=examples)
+
+
+def test_a_plan_adds_batches_of_its_own():
+    model = WindowedStack()
+    specs = th.plan(model, "layers", num_groups=2, successor=th.copy_module(0))
+    longer = th.Plan(specs.specs, more_examples=lambda args, kwargs: [((torch.cat([args[0]] * 3, 1),), kwargs)])
+    with pytest.raises(th.VerificationError, match=r"example batch 1 .*another 'mask'"):
+        th.replace_(model, longer, example_inputs=(torch.randn(2, 4, 8),))
+
+
+class NumpyNoise(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(8, 8) for _ in range(4)])
+
+    def forward(self, x):
+        import numpy as np
+
+        if self.training:  # an augmentation drawn from numpy, as SpecAugment's masks
+            x = x * torch.from_numpy(np.random.rand(*x.shape).astype("float32"))
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class Rebuilding(nn.Module):
+    """Swaps a layer for another on a short batch (BigBird switching to full attention)."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(8, 8) for _ in range(4)])
+
+    def forward(self, x):
+        if x.shape[0] < 4:
+            self.layers[2] = nn.Linear(8, 8)
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class RewritingWeights(nn.Module):
+    """Rescales its layers' weights in place in eval mode and back in training mode (RWKV's rescale_every)."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(8, 8) for _ in range(4)])
+        self.rescaled = False
+
+    def forward(self, x):
+        if self.rescaled == self.training:
+            with torch.no_grad():
+                for layer in self.layers:
+                    layer.weight.mul_(2.0 if self.training else 0.5)
+            self.rescaled = not self.training
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (NumpyNoise, r"two training-mode runs of the original .* outside torch's RNG"),
+        (Rebuilding, r"replaced its own submodule '2' of layers \(ModuleList\).*rebuilds itself"),
+        (RewritingWeights, r"in eval mode wrote into its own weights \(layers\.0\.weight"),
+    ],
+)
+def test_the_original_is_checked_against_itself_before_the_sites_are_blamed(build, message):
+    model = build()
+    before, layers = snapshot(model), list(model.layers)
+    specs, inputs = th.plan(model, "layers", num_groups=2, successor=th.copy_module(0)), (torch.randn(3, 8),)
+    rng = torch.get_rng_state()
+    with pytest.raises(th.VerificationError, match=message):
+        th.replace_(model, specs, example_inputs=inputs)
+    assert_untouched(model, before)
+    assert all(a is b for a, b in zip(model.layers, layers, strict=True))  # the same modules, not equal ones
+    assert vars(model).get("rescaled", False) is False
+    assert torch.equal(torch.get_rng_state(), rng)
+
+
+def test_an_error_from_inside_the_model_stays_chained():
+    model = Indexing()
+    with pytest.raises(th.VerificationError) as raised:
+        th.replace_(
+            model,
+            th.plan(model, "layers", num_groups=2, successor=th.copy_module(0)),
+            example_inputs=(torch.randn(3, 8),),
+        )
+    assert isinstance(raised.value.__cause__, IndexError)
+
+
+class ConvUnit(nn.Module):
+    """Declares in_channels / out_channels like a torch-geometric layer, but is a convolution (timm's ConvNormAct)."""
+
+    def __init__(self, in_channels, out_channels):
+        super().__init__()
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.conv = nn.Conv2d(in_channels, out_channels, 3, padding=1)
+        self.bn = nn.BatchNorm2d(out_channels)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x)))
+
+
+class MatrixUnit(nn.Module):
+    """Declares its widths and holds a raw weight matrix (features last), like a message-passing layer."""
+
+    def __init__(self, in_channels, out_channels):
+        super().__init__()
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.weight = nn.Parameter(torch.randn(in_channels, out_channels) / 4)
+
+    def forward(self, x):
+        return x @ self.weight
+
+
+@pytest.mark.parametrize(
+    ("unit", "inputs", "projection"),
+    [(ConvUnit, torch.randn(2, 8, 5, 5), nn.Conv2d), (MatrixUnit, torch.randn(2, 8), nn.Linear)],
+)
+def test_boundary_widths_follow_the_weight_layout(unit, inputs, projection):
+    torch.manual_seed(0)
+    model = nn.Sequential(*(unit(8, 8) for _ in range(4)))
+    spec = th.ModuleSpec("[0:2]", lambda group: unit(8, 4), out_proj="linear")
+    assert_replacement_equivalence(model, [spec], (inputs,))
+    assert isinstance(th.replace_(model, [spec]).sites[0].successor.out_proj, projection)
