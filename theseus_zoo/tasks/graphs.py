@@ -194,19 +194,35 @@ class GraphTask:
             logits = logits[batch[2]]
         return F.cross_entropy(logits, batch[3])
 
+    scores_examples = True  # per-node predictions: bootstrap errors and paired comparisons in the report
+
     @torch.no_grad()
-    def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
-        """Accuracy and Matthews correlation (the classes can be unbalanced) on the split's nodes."""
+    def predictions(self, model: nn.Module, split: str) -> torch.Tensor:
+        """The predicted class of each of the split's nodes, in the split's order (the whole graph in one forward)."""
         model.eval()
         graph = self.graph()
         device = next(model.parameters()).device
         logits = model(graph.x.to(device), graph.edge_index.to(device))
-        nodes = graph.splits[split]
-        predictions, labels = logits[nodes.to(device)].argmax(dim=1).cpu(), graph.y[nodes]
+        return logits[graph.splits[split].to(device)].argmax(dim=1).cpu()
+
+    def labels(self, split: str) -> torch.Tensor:
+        graph = self.graph()
+        return graph.y[graph.splits[split]].float()
+
+    def score(self, predictions: torch.Tensor, split: str, chosen: torch.Tensor | None = None) -> dict[str, float]:
+        """Accuracy and Matthews correlation of ``predictions`` (of the nodes ``chosen``, repeats allowed)."""
+        labels = self.graph().y[self.graph().splits[split]]
+        predictions = predictions.long()
+        if chosen is not None:
+            predictions, labels = predictions[chosen], labels[chosen]
         return {
             "accuracy": metrics.accuracy(predictions, labels),
             "mcc": metrics.matthews_correlation(predictions, labels),
         }
+
+    def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
+        """Accuracy and Matthews correlation (the classes can be unbalanced) on the split's nodes."""
+        return self.score(self.predictions(model, split), split)
 
     def plan(self, model: nn.Module) -> th.Plan:
         """Converts ``model`` to the adapter's stepped form (in place) and plans ``num_layers`` groups."""

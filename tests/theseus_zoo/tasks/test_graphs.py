@@ -244,6 +244,10 @@ def test_compress_karate_exports_an_ordinary_pyg_model(options, cls, layers, tmp
     task = graphs.GraphTask({"dataset": "karate", **options}, 0)
     assert task.evaluate(model, "test") == report["models"]["theseus"]["test"]
     assert "| theseus |" in capsys.readouterr().out
+    predictions = torch.tensor(report["models"]["theseus"]["test_predictions"])  # per node, in the split's order
+    assert torch.equal(predictions, task.predictions(model, "test").float())
+    assert task.score(predictions, "test") == report["models"]["theseus"]["test"]
+    assert set(report["comparisons"]) == {"predecessor", *compact} - {"theseus"}
 
 
 def test_the_recipes_are_listed(capsys):
