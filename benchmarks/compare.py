@@ -32,6 +32,7 @@ holds a finished run of another recipe is refused (delete it); a run that fails 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shlex
 import shutil
@@ -46,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from theseus_zoo.recipes import get_recipe, with_defaults
+from theseus_zoo.training.results import REPORT, Report
 
 from .harness import environment, markdown_table, write_report
 from .recipes import paired_comparison, run_seed
@@ -84,9 +86,9 @@ class Comparison:
         self.source: Path | None = args.predecessor_from
         self.first_run = threading.Lock()  # held by the run that fine-tunes the shared predecessor
         self.archived_runs: list[str] = []
-        source_report = None if self.source is None else self.source / "report.json"
+        source_report = None if self.source is None else self.source / REPORT
         self.reference: Any = (  # the shared predecessor's test outputs, once a report says them
-            predecessor_outputs(json.loads(source_report.read_text()))
+            predecessor_outputs(Report.load(source_report).to_dict())
             if source_report is not None and source_report.exists()
             else None
         )
@@ -112,9 +114,8 @@ class Comparison:
     def run(self, method: str, lr: float, seed: int) -> dict[str, Any]:
         name = Path(method, f"lr{lr:g}", f"seed{seed}")
         directory = self.root / name
-        finished = directory / "report.json"
-        if finished.exists():
-            if with_defaults(json.loads(finished.read_text())["recipe"]) != self.recipe(method, lr, seed):
+        if (directory / REPORT).exists():
+            if with_defaults(Report.load(directory).recipe) != self.recipe(method, lr, seed):
                 raise ValueError(
                     f"{directory} holds a finished run of another recipe than this comparison's (an edited --config "
                     "or method?): delete it, or give another --runs"
@@ -146,17 +147,17 @@ class Comparison:
     def keep(self, directory: Path, name: Path) -> dict[str, Any]:
         """Copies a finished run's report files to the archive (the raw results to commit); returns its report."""
         (self.archive / name).mkdir(parents=True, exist_ok=True)
-        for file in ("report.json", "report.md", "curves.png"):
+        for file in (REPORT, "report.md", "curves.png"):
             if (directory / file).exists():
                 shutil.copyfile(directory / file, self.archive / name / file)
-        return json.loads((directory / "report.json").read_text())
+        return Report.load(directory).to_dict()
 
     def archived(self, method: str, lr: float, seed: int) -> dict[str, Any] | None:
         """The archived report of this run, if it was made with the same recipe and the same predecessor."""
-        path = self.archive / method / f"lr{lr:g}" / f"seed{seed}" / "report.json"
+        path = self.archive / method / f"lr{lr:g}" / f"seed{seed}" / REPORT
         if not path.exists():
             return None
-        report = json.loads(path.read_text())
+        report = Report.load(path).to_dict()
         if with_defaults(report["recipe"]) != self.recipe(method, lr, seed):
             print(f"compare: {path} was made with another recipe: running it again", file=sys.stderr)
             return None
@@ -212,8 +213,8 @@ class Comparison:
 
 def predecessor_outputs(report: dict[str, Any]) -> Any:
     """What identifies a report's predecessor: its per-example test predictions (its test metrics without them)."""
-    predecessor = report["models"]["predecessor"]
-    return predecessor.get("test_predictions", predecessor["test"])
+    predecessor = Report.from_dict(report).models["predecessor"]
+    return predecessor.test if predecessor.test_predictions is None else predecessor.test_predictions
 
 
 PREDECESSOR_TOLERANCE = 1e-3
@@ -273,16 +274,12 @@ def method_lr(text: str) -> tuple[str, float]:
 
 def merged(reports: dict[str, dict[int, dict]], method: str, reference: str) -> dict[int, dict[str, Any]]:
     """Per seed, one report holding ``reference``'s and ``method``'s models, for `paired_comparison`."""
-    return {
-        seed: {
-            **reports[reference][seed],
-            "models": {
-                "a": reports[reference][seed]["models"][model_of(reference)],
-                "b": reports[method][seed]["models"][model_of(method)],
-            },
-        }
-        for seed in reports[reference]
-    }
+    merged = {}
+    for seed in reports[reference]:
+        ours, theirs = Report.from_dict(reports[reference][seed]), Report.from_dict(reports[method][seed])
+        models = {"a": ours.models[model_of(reference)], "b": theirs.models[model_of(method)]}
+        merged[seed] = dataclasses.replace(ours, models=models).to_dict()
+    return merged
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -324,8 +321,9 @@ def main(argv: list[str] | None = None) -> None:
     metric = first["metric"]
     rows = []
     for method in args.methods:
-        values = [reports[method][seed]["models"][model_of(method)]["test"][metric] for seed in args.seeds]
-        seconds = [reports[method][seed]["phases"][phase_of(method)]["seconds"] for seed in args.seeds]
+        typed = [Report.from_dict(reports[method][seed]) for seed in args.seeds]
+        values = [report.test(model_of(method)) for report in typed]
+        seconds = [report.phases[phase_of(method)]["seconds"] for report in typed]
         rows.append(
             [
                 method,
@@ -364,7 +362,7 @@ def main(argv: list[str] | None = None) -> None:
             for (m, lr), r in outcome["tuning"].items()
         },
     }
-    predecessor = first["models"]["predecessor"]["test"][metric]
+    predecessor = Report.from_dict(first).test("predecessor")
     grid_lrs = sorted({lr for method, lr in outcome["tuning"]})
     grid_rows = [[method] + [grid_cell(outcome, method, lr) for lr in grid_lrs] for method in args.methods]
     tuned = [method for method in args.methods if method not in args.lr]
@@ -415,7 +413,7 @@ def plot(
     shown = {method: comparison for method, comparison in comparisons.items() if comparison is not None}
     figure, (left, right) = plt.subplots(1, 2, figsize=(12, 1.6 + 0.5 * len(methods)), constrained_layout=True)
     for row, method in enumerate(methods):
-        values = [report["models"][model_of(method)]["test"][metric] for report in reports[method].values()]
+        values = [Report.from_dict(report).test(model_of(method)) for report in reports[method].values()]
         left.scatter(values, [row] * len(values), color=f"C{row}", alpha=0.7)
         left.plot([statistics.median(values)] * 2, [row - 0.3, row + 0.3], color=f"C{row}", linewidth=2)
     left.axvline(predecessor, color="gray", linestyle="--", label=f"predecessor {predecessor:.3f}")

@@ -17,9 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import shlex
-import subprocess
 import sys
 import threading
 import time
@@ -28,26 +26,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from theseus_zoo.training.results import CompressProcess, Report, ensure_run
+from theseus_zoo.training.run_directory import CHECKPOINT
+
 from .harness import environment, markdown_table, write_report
 
 
 def run_cell(labels: str, layers: int, out: Path, config: Path, threads: int, predecessor_from: Path | None) -> dict:
-    """One ``theseus compress`` run of the scan (resumed when a checkpoint is there); returns its report."""
-    report = out / "report.json"
-    if not report.exists():
-        command = [sys.executable, "-m", "theseus_zoo.cli", "compress", "--recipe", f"minilm-rt-{labels}-{layers}l"]
-        command += ["--out", str(out), "--no-progress", "--config", str(config)]
-        if (out / "checkpoint.pt").exists():
-            command.append("--resume")
-        elif predecessor_from is not None:
-            command += ["--predecessor-from", str(predecessor_from)]
-        environment = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with open(out.parent / f"{out.name}.log", "a") as stream:
-            finished = subprocess.run(command, env=environment, stdout=stream, stderr=subprocess.STDOUT)
-        if finished.returncode != 0:
-            raise RuntimeError(f"{out} failed (exit {finished.returncode}); see {out.parent / (out.name + '.log')}")
-    return json.loads(report.read_text())
+    """One ``theseus compress`` run of the scan in a process of its own (resumed when a checkpoint is there, read
+    when finished: `ensure_run`); returns its report."""
+    runner = CompressProcess(f"minilm-rt-{labels}-{layers}l", ["--config", str(config)], threads, mode="a")
+    return ensure_run(None, out, predecessor_from=predecessor_from, runner=runner).to_dict()
 
 
 def finished_predecessor(runs: Path, labels: str, depths: list[int]) -> Path | None:
@@ -55,7 +44,7 @@ def finished_predecessor(runs: Path, labels: str, depths: list[int]) -> Path | N
     from theseus_zoo.training.checkpoints import read_checkpoint
 
     for layers in depths:
-        checkpoint = runs / f"{labels}-{layers}l" / "checkpoint.pt"
+        checkpoint = runs / f"{labels}-{layers}l" / CHECKPOINT
         if checkpoint.exists() and "predecessor" in read_checkpoint(checkpoint)["done"]:
             return checkpoint.parent
     return None
@@ -72,15 +61,15 @@ def run_labels(labels: str, depths: list[int], runs: Path, config: Path, threads
 
 
 def cell(report: dict[str, Any]) -> dict[str, float]:
-    metric = report["metric"]
-    predecessor, truncated = report["models"]["predecessor"], report["models"]["baseline:truncated"]
+    typed = Report.from_dict(report)
+    predecessor, truncated = typed.models["predecessor"], typed.models["baseline:truncated"]
     return {
-        "predecessor": predecessor["test"][metric],
-        "predecessor_se": predecessor["test_standard_error"],
-        "truncated": truncated["test"][metric],
-        "truncated_se": truncated["test_standard_error"],
-        "cost_points": 100 * (predecessor["test"][metric] - truncated["test"][metric]),
-        "test_examples": len(truncated["test_predictions"]),
+        "predecessor": typed.test("predecessor"),
+        "predecessor_se": predecessor.test_standard_error,
+        "truncated": typed.test("baseline:truncated"),
+        "truncated_se": truncated.test_standard_error,
+        "cost_points": 100 * (typed.test("predecessor") - typed.test("baseline:truncated")),
+        "test_examples": len(truncated.test_predictions),
     }
 
 
@@ -125,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def write_results(args: argparse.Namespace, overrides: dict[str, Any], start: float) -> str:
     reports = {
-        f"{labels}-{layers}l": json.loads((args.runs / f"{labels}-{layers}l" / "report.json").read_text())
+        f"{labels}-{layers}l": Report.load(args.runs / f"{labels}-{layers}l").to_dict()
         for labels in args.labels
         for layers in args.layers
         if (args.runs / f"{labels}-{layers}l" / "report.json").exists()

@@ -33,6 +33,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from theseus_zoo.training.results import Report
+
 from .harness import environment, markdown_table, write_report
 
 PROMPTS = ("The capital of France is", "Shares in the company rose after", "The film is a")
@@ -40,7 +42,7 @@ PROMPTS = ("The capital of France is", "Shares in the company rose after", "The 
 
 def measure(task: Any, model: nn.Module, split: str, new_tokens: int) -> dict[str, Any]:
     """Perplexity (with a bootstrap standard error), parameters, prefill and decode speed, greedy generations."""
-    from theseus_zoo.training.report import bootstrap_standard_error
+    from theseus_zoo.training.stats import bootstrap_standard_error
 
     model.eval()
     started = time.perf_counter()
@@ -165,10 +167,9 @@ def main(argv: list[str] | None = None) -> None:
     record("LLM-Streamline (MSE stage only)", streamline)
     results["runs"] = {}
     for run in args.runs:
-        report = json.loads((run / "report.json").read_text())
         results["runs"][str(run)] = {
-            name: {"test": entry["test"], "test_standard_error": entry.get("test_standard_error")}
-            for name, entry in report["models"].items()
+            name: {"test": entry.test, "test_standard_error": entry.test_standard_error}
+            for name, entry in Report.load(run).models.items()
         }
         if (run / "model").is_dir():
             record(f"{run.name}: exported successor", functools.partial(exported, run))

@@ -14,7 +14,6 @@ for every seed and both sides) and the spread of the per-seed ratios. Writes ``<
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import shlex
 import sys
@@ -23,6 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from theseus_zoo.training import stats
+from theseus_zoo.training.results import REPORT, Report
+
 from .harness import environment, markdown_table, write_report
 
 PREDECESSOR_TOLERANCE = 1e-4
@@ -30,28 +32,25 @@ PREDECESSOR_TOLERANCE = 1e-4
 
 def report_file(path: Path) -> Path:
     """``path`` itself, or the ``report.json`` in it when it is a run directory."""
-    return path / "report.json" if path.is_dir() else path
+    return path / REPORT if path.is_dir() else path
 
 
-def read_report(path: Path) -> dict[str, Any]:
-    return json.loads(report_file(path).read_text())
-
-
-def per_sequence_nll(report: dict[str, Any], model: str, source: Path) -> np.ndarray:
-    if report.get("metric") != "inverse_perplexity":
-        raise ValueError(f"{source} is not a causal-LM report (metric {report.get('metric')!r})")
-    if model not in report["models"]:
-        raise ValueError(f"{source} has no model {model!r}; it has {', '.join(report['models'])}")
-    if len(set(report["test_labels"])) != 1:
+def per_sequence_nll(report: Report, model: str, source: Path) -> np.ndarray:
+    if report.metric != "inverse_perplexity":
+        raise ValueError(f"{source} is not a causal-LM report (metric {report.metric or None!r})")
+    if model not in report.models:
+        raise ValueError(f"{source} has no model {model!r}; it has {', '.join(report.models)}")
+    if len(set(report.test_labels)) != 1:
         raise ValueError(f"{source}: sequences of different lengths; a plain mean of NLLs would not be the metric")
-    return np.asarray(report["models"][model]["test_predictions"], dtype=np.float64)
+    return np.asarray(report.models[model].test_predictions, dtype=np.float64)
 
 
 def compare(pairs: list[tuple[Path, Path]], model_a: str, model_b: str, resamples: int = 1000) -> dict[str, Any]:
-    """Per-seed perplexities and ratios, and the geometric-mean ratio over seeds with its bootstrap interval."""
+    """Per-seed perplexities and ratios, and the geometric-mean ratio over seeds with its bootstrap interval
+    (`stats.log_ratio`, numpy's stream)."""
     differences, seeds = [], []
     for path_a, path_b in pairs:
-        report_a, report_b = read_report(path_a), read_report(path_b)
+        report_a, report_b = Report.load(path_a), Report.load(path_b)
         predecessor_a = per_sequence_nll(report_a, "predecessor", path_a)
         predecessor_b = per_sequence_nll(report_b, "predecessor", path_b)
         if (
@@ -65,26 +64,23 @@ def compare(pairs: list[tuple[Path, Path]], model_a: str, model_b: str, resample
             {
                 "a": str(path_a),
                 "b": str(path_b),
-                "seed_a": report_a["recipe"].get("seed"),
-                "seed_b": report_b["recipe"].get("seed"),
+                "seed_a": report_a.recipe.get("seed"),
+                "seed_b": report_b.recipe.get("seed"),
                 "perplexity_a": math.exp(nll_a.mean()),
                 "perplexity_b": math.exp(nll_b.mean()),
                 "ratio": math.exp(nll_a.mean() - nll_b.mean()),
             }
         )
-    stacked = np.stack(differences)  # (seeds, sequences)
-    generator = np.random.default_rng(0)
-    size = stacked.shape[1]
-    resampled = [stacked[:, generator.integers(0, size, size)].mean() for _ in range(resamples)]
+    ratio = stats.log_ratio(np.stack(differences), resamples, resampling=stats.NUMPY)  # (seeds, sequences)
     ratios = [seed["ratio"] for seed in seeds]
     return {
         "seeds": seeds,
-        "ratio": math.exp(stacked.mean()),
-        "low": math.exp(float(np.quantile(resampled, 0.025))),
-        "high": math.exp(float(np.quantile(resampled, 0.975))),
+        "ratio": ratio["ratio"],
+        "low": ratio["low"],
+        "high": ratio["high"],
         "ratio_min": min(ratios),
         "ratio_max": max(ratios),
-        "mean_nll_difference": float(stacked.mean()),
+        "mean_nll_difference": ratio["mean_log_difference"],
     }
 
 

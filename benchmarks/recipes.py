@@ -19,11 +19,9 @@ interval of that mean (test examples resampled, the same resample for every seed
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -32,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from theseus_zoo import metrics
+from theseus_zoo.training import stats
+from theseus_zoo.training.results import REPORT, CompressProcess, Report, ensure_run, score_examples
 
 from .harness import environment, markdown_table, write_report
 
@@ -40,114 +39,71 @@ from .harness import environment, markdown_table, write_report
 def run_seed(
     recipe: str, seed: int, out: Path, threads: int, config: Path | None, predecessor_from: Path | None = None
 ) -> dict[str, Any]:
-    """One ``theseus compress`` run (resumed when a checkpoint is there); returns its report."""
-    report = out / "report.json"
-    if not report.exists():
-        command = [sys.executable, "-m", "theseus_zoo.cli", "compress", "--recipe", recipe, "--seed", str(seed)]
-        command += ["--out", str(out), "--no-progress"] + (["--config", str(config)] if config else [])
-        if (out / "checkpoint.pt").exists():
-            command.append("--resume")
-        elif predecessor_from is not None:
-            command += ["--predecessor-from", str(predecessor_from)]
-        environment = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-        log = out.parent / f"seed{seed}.log"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "w") as stream:
-            finished = subprocess.run(command, env=environment, stdout=stream, stderr=subprocess.STDOUT)
-        if finished.returncode != 0:
-            raise RuntimeError(f"seed {seed} failed (exit {finished.returncode}); see {log}")
-    return json.loads(report.read_text())
+    """One ``theseus compress`` run in a process of its own with ``threads`` threads (resumed when a checkpoint is
+    there, read when finished: `ensure_run`); returns its report."""
+    arguments = ["--seed", str(seed)] + (["--config", str(config)] if config else [])
+    runner = CompressProcess(recipe, arguments, threads, log=out.parent / f"seed{seed}.log", name=f"seed {seed}")
+    return ensure_run(None, out, predecessor_from=predecessor_from, runner=runner).to_dict()
 
 
 def score(report: dict[str, Any], predictions: np.ndarray, chosen: np.ndarray) -> float:
-    """The report's test metric of ``predictions`` on the examples ``chosen``: accuracy, or for regression the mean
-    of Pearson and Spearman (as `theseus_zoo.tasks.text` scores it)."""
-    labels = np.asarray(report["test_labels"])[chosen]
-    predictions = predictions[chosen]
-    if report["metric"] == "accuracy":
-        return float(np.mean(predictions == labels))
-    return (metrics.pearson(predictions, labels) + metrics.spearman(predictions, labels)) / 2
+    """The report's test metric of ``predictions`` on the examples ``chosen`` (`results.score_examples`)."""
+    return score_examples(report["metric"], predictions, np.asarray(report["test_labels"]), chosen)
 
 
 def paired_comparison(
     reports: dict[int, dict[str, Any]], model: str, other: str, resamples: int = 1000
 ) -> dict[str, Any] | None:
     """``model`` minus ``other`` on the test metric: per seed, their mean, and a 95% bootstrap interval of the mean
-    (``None`` when the reports have no per-example predictions)."""
+    (`stats.paired_difference_over_seeds`, numpy's stream); ``None`` when the reports have no per-example
+    predictions."""
     if not all("test_labels" in report for report in reports.values()):
         return None
-    size = len(next(iter(reports.values()))["test_labels"])
-    everything = np.arange(size)
-    pairs = {
-        seed: (
-            np.asarray(report["models"][model]["test_predictions"]),
-            np.asarray(report["models"][other]["test_predictions"]),
-        )
-        for seed, report in reports.items()
-    }
-
-    def mean_difference(chosen: np.ndarray) -> float:
-        return float(
-            np.mean(
-                [score(reports[seed], a, chosen) - score(reports[seed], b, chosen) for seed, (a, b) in pairs.items()]
-            )
-        )
-
-    generator = np.random.default_rng(0)
-    samples = [mean_difference(generator.integers(0, size, size)) for _ in range(resamples)]
-    per_seed = {
-        seed: score(reports[seed], a, everything) - score(reports[seed], b, everything)
-        for seed, (a, b) in pairs.items()
-    }
-    return {
-        "per_seed": per_seed,
-        "mean": mean_difference(everything),
-        "low": float(np.quantile(samples, 0.025)),
-        "high": float(np.quantile(samples, 0.975)),
-    }
+    typed = {seed: Report.from_dict(report) for seed, report in reports.items()}
+    size = len(next(iter(typed.values())).test_labels)
+    pairs = {seed: (report.scorer(model), report.scorer(other)) for seed, report in typed.items()}
+    return stats.paired_difference_over_seeds(pairs, size, resamples, resampling=stats.NUMPY)
 
 
-def phase_seconds(report: dict[str, Any], model: str) -> float | None:
+def phase_seconds(report: Report, model: str) -> float | None:
     """Wall-clock of the phases that made ``model`` in one report: its own (``replacing`` for Theseus) and, in a
     recipe with a ``refine`` phase, its ``refine:<model>``; ``None`` when the report does not say."""
     own = "replacing" if model == "theseus" else model
-    seconds = [
-        report["phases"][phase].get("seconds") for phase in (own, f"refine:{model}") if phase in report["phases"]
-    ]
+    seconds = [report.phases[phase].get("seconds") for phase in (own, f"refine:{model}") if phase in report.phases]
     return sum(seconds) if seconds and None not in seconds else None
 
 
 def summarize(reports: dict[int, dict[str, Any]]) -> dict[str, Any]:
     """Medians over seeds per model: test metric (with min and max), retention, parameters, size on disk,
     wall-clock; speedup; and Theseus' paired comparisons with every other model."""
-    first = next(iter(reports.values()))
-    metric = first["metric"]
+    typed = [Report.from_dict(report) for report in reports.values()]
+    first = typed[0]
     models = {}
-    for name in first["models"]:
-        values = [report["models"][name]["test"][metric] for report in reports.values()]
-        retention = [report["models"][name]["retention_percent"] for report in reports.values()]
+    for name in first.models:
+        values = [report.test(name) for report in typed]
+        retention = [report.models[name].retention_percent for report in typed]
         models[name] = {
             "median": statistics.median(values),
             "min": min(values),
             "max": max(values),
             "per_seed": values,
             "median_retention_percent": statistics.median(retention),
-            "parameters": first["models"][name]["parameters"],
+            "parameters": first.models[name].parameters,
         }
-        sizes = [report["models"][name].get("size_on_disk_bytes") for report in reports.values()]
+        sizes = [report.models[name].size_on_disk_bytes for report in typed]
         if all(value is not None for value in sizes):
             models[name]["median_size_on_disk_bytes"] = statistics.median(sizes)
-        seconds = [phase_seconds(report, name) for report in reports.values()]
+        seconds = [phase_seconds(report, name) for report in typed]
         if all(value is not None for value in seconds):
             models[name]["median_seconds"] = statistics.median(seconds)
-    speedups = [report["speedup"] for report in reports.values()]
+    speedups = [report.speedup for report in typed]
     comparisons = {}
-    if "theseus" in first["models"]:
-        for name in first["models"]:
+    if "theseus" in first.models:
+        for name in first.models:
             if name != "theseus" and (comparison := paired_comparison(reports, "theseus", name)) is not None:
                 comparisons[name] = comparison
     return {
-        "metric": metric,
+        "metric": first.metric,
         "models": models,
         "median_speedup": statistics.median(speedups),
         "speedups": speedups,
@@ -180,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--shared-predecessor and --predecessor-from are exclusive: the predecessor comes from one place")
     start = time.perf_counter()
     directory = {seed: args.runs / args.recipe / f"seed{seed}" for seed in args.seeds}
-    finished_before = [seed for seed in args.seeds if (directory[seed] / "report.json").exists()]
+    finished_before = [seed for seed in args.seeds if (directory[seed] / REPORT).exists()]
     reports, shared = {}, args.predecessor_from
     if args.shared_predecessor:  # the first seed alone on every thread, then the others from its predecessor
         first = args.seeds[0]

@@ -17,7 +17,6 @@ every other model, per seed and as a mean over seeds with a 95% paired bootstrap
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import statistics
 import sys
@@ -27,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from theseus_zoo.training.results import REPORT, Report
 from theseus_zoo.training.timing import interleaved_seconds, median_ratio
 
 from .harness import environment, markdown_table, write_report
@@ -45,25 +45,26 @@ def model_label(recipe: dict[str, Any], name: str) -> str:
 def merge_seed(reports: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """One seed's reports of several recipes as one report: their models under `model_label` names, ``theseus``
     entries kept apart. Raises ``ValueError`` when the recipes' test labels or predecessors differ (not paired)."""
-    first_recipe, first = next(iter(reports.items()))
-    merged: dict[str, Any] = {"metric": first["metric"], "test_labels": first.get("test_labels"), "models": {}}
-    reference = first["models"]["predecessor"].get("test_predictions")
+    typed = {recipe: Report.from_dict(report) for recipe, report in reports.items()}
+    first_recipe, first = next(iter(typed.items()))
+    merged: dict[str, Any] = {"metric": first.metric, "test_labels": first.test_labels, "models": {}}
+    reference = first.models["predecessor"].test_predictions
     if merged["test_labels"] is None or reference is None:
         raise ValueError(f"the report of {first_recipe} has no per-example test predictions: nothing to pair")
     sources: dict[str, str] = {}
-    for recipe, report in reports.items():
-        if report.get("test_labels") != merged["test_labels"]:
+    for recipe, report in typed.items():
+        if report.test_labels != merged["test_labels"]:
             raise ValueError(f"{recipe} was tested on other images than {first_recipe}: not paired")
-        if report["models"]["predecessor"].get("test_predictions") != reference:
+        if report.models["predecessor"].test_predictions != reference:
             raise ValueError(
                 f"{recipe} compressed another predecessor than {first_recipe} (its test predictions differ): run "
                 f"both from one predecessor (benchmarks.recipes --predecessor-from)"
             )
-        for name, entry in report["models"].items():
-            label = model_label(report["recipe"], name)
+        for name, entry in report.models.items():
+            label = model_label(report.recipe, name)
             if label in merged["models"] and label != "predecessor":
                 raise ValueError(f"{recipe} and {sources[label]} both have a model {label!r}")
-            merged["models"].setdefault(label, entry)
+            merged["models"].setdefault(label, entry.to_dict())
             sources.setdefault(label, recipe)
     return merged
 
@@ -149,10 +150,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     runs = {(recipe, seed): args.runs / recipe / f"seed{seed}" for recipe in args.recipes for seed in args.seeds}
-    missing = [str(run) for run in runs.values() if not (run / "report.json").exists()]
+    missing = [str(run) for run in runs.values() if not (run / REPORT).exists()]
     if missing:
         parser.error(f"no finished run (report.json) in {', '.join(missing)}: run benchmarks.recipes first")
-    reports = {key: json.loads((run / "report.json").read_text()) for key, run in runs.items()}
+    reports = {key: Report.load(run).to_dict() for key, run in runs.items()}
     for recipe in args.recipes:
         family = reports[recipe, args.seeds[0]]["recipe"]["family"]
         if family != "resnet":

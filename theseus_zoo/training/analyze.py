@@ -31,19 +31,10 @@ import theseus_core as th
 
 from ..recipes import Recipe
 from .checkpoints import read_checkpoint
+from .results import ensure_run
+from .run_directory import CHECKPOINT
 
 ANALYSES = ("sensitivity", "schedules", "budget")
-
-
-def _compress(recipe: Recipe, out: Path, source: Path | None, progress: bool) -> dict[str, Any]:
-    """The report of a compression run in ``out``: read when finished, resumed when started, else run."""
-    from .run import Run
-
-    if (out / "report.json").exists():
-        return json.loads((out / "report.json").read_text())
-    started = (out / "checkpoint.pt").exists()
-    predecessor_from = source if source is not None and not started and recipe.predecessor is not None else None
-    return Run(recipe, out, resume=started, progress=progress, predecessor_from=predecessor_from).run()
 
 
 @contextlib.contextmanager
@@ -67,8 +58,8 @@ def sensitivity(
     from ..tasks import build_task
 
     run_dir = out / "run"
-    _compress(recipe.with_overrides({"baselines": ()}), run_dir, predecessor_from, progress)
-    state = read_checkpoint(run_dir / "checkpoint.pt")
+    ensure_run(recipe.with_overrides({"baselines": ()}), run_dir, progress=progress, predecessor_from=predecessor_from)
+    state = read_checkpoint(run_dir / CHECKPOINT)
     task = build_task(recipe.family, recipe.options, recipe.seed)
     predecessor = task.build_predecessor()
     if "predecessor" in state["done"]:
@@ -126,17 +117,22 @@ def schedules(
     }
     rows, source = [], predecessor_from
     for name, overrides in variants.items():
-        report = _compress(recipe.with_overrides({**overrides, "baselines": ()}), out / name, source, progress)
+        report = ensure_run(
+            recipe.with_overrides({**overrides, "baselines": ()}),
+            out / name,
+            progress=progress,
+            predecessor_from=source,
+        )
         source = source or out / name
         rows.append(
             {
                 "schedule": name,
                 **overrides,
-                "dev": report["phases"]["replacing"]["best_metric"],
-                "test": report["models"]["theseus"]["test"][report["metric"]],
+                "dev": report.phases["replacing"]["best_metric"],
+                "test": report.test("theseus"),
             }
         )
-    metric = report["metric"]
+    metric = report.metric
     summary = {"analysis": "schedules", "metric": metric, "rows": rows}
     lines = [
         f"# Replacing schedules on `{recipe.name}` (BERT-of-Theseus Table 6)\n",
@@ -169,17 +165,17 @@ def budget(
             "baselines": ["truncated"],
         }
         name = f"budget-{steps}"
-        report = _compress(recipe.with_overrides(overrides), out / name, source, progress)
+        report = ensure_run(recipe.with_overrides(overrides), out / name, progress=progress, predecessor_from=source)
         source = source or out / name
-        metric = report["metric"]
+        metric = report.metric
         rows.append(
             {
                 "steps": steps,
-                "theseus": report["models"]["theseus"]["test"][metric],
-                "truncated": report["models"]["baseline:truncated"]["test"][metric],
+                "theseus": report.test("theseus"),
+                "truncated": report.test("baseline:truncated"),
                 **(
-                    {"interval": report["comparisons"]["baseline:truncated"]}
-                    if "baseline:truncated" in report.get("comparisons", {})
+                    {"interval": report.comparisons["baseline:truncated"]}
+                    if "baseline:truncated" in (report.comparisons or {})
                     else {}
                 ),
             }

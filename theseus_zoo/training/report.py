@@ -18,7 +18,9 @@ from torch import nn
 
 from ..tasks import Task
 from ..tasks.protocols import refinement, scores_examples
+from . import stats
 from .methods import to_device
+from .results import ModelResult, Report
 from .timing import interleaved_seconds, median_ratio
 
 if TYPE_CHECKING:
@@ -34,76 +36,55 @@ def test_metrics(task: Task, model: nn.Module) -> dict[str, Any]:
     metrics = task.score(predictions, "test")
     return {
         "test": metrics,
-        "test_standard_error": bootstrap_standard_error(
+        "test_standard_error": stats.bootstrap_standard_error(
             lambda chosen: task.score(predictions, "test", chosen)[task.metric], len(predictions)
         ),
         "test_predictions": [round(float(value), 5) for value in predictions],
     }
 
 
-def paired_comparisons(task: Task, report: dict[str, Any]) -> dict[str, dict[str, float]]:
+def paired_comparisons(task: Task, report: Report | dict[str, Any]) -> dict[str, dict[str, float]]:
     """Theseus minus each other model of ``report`` on the test metric, with a 95% paired bootstrap interval (the
-    same resampled examples for both models); needs every model's ``test_predictions``."""
-    predictions = {name: torch.tensor(entry["test_predictions"]) for name, entry in report["models"].items()}
-    comparisons = {}
-    for name in predictions:
-        if name == "theseus":
-            continue
+    same resampled examples for both models, `stats.paired_difference`); needs every model's ``test_predictions``."""
+    models = report.models if isinstance(report, Report) else report["models"]
+    predictions = {
+        name: torch.tensor(entry.test_predictions if isinstance(entry, ModelResult) else entry["test_predictions"])
+        for name, entry in models.items()
+    }
 
-        def difference(chosen: torch.Tensor | None, name: str = name) -> float:
-            return (
-                task.score(predictions["theseus"], "test", chosen)[task.metric]
-                - task.score(predictions[name], "test", chosen)[task.metric]
-            )
+    def scorer(name: str) -> Callable[[torch.Tensor | None], float]:
+        return lambda chosen: task.score(predictions[name], "test", chosen)[task.metric]
 
-        low, high = bootstrap_interval(difference, len(predictions["theseus"]))
-        comparisons[name] = {"difference": difference(None), "low": low, "high": high}
-    return comparisons
-
-
-def _bootstrap(metric: Callable[[torch.Tensor], float], size: int, resamples: int) -> torch.Tensor:
-    """``metric(indices)`` over ``resamples`` bootstrap resamples of ``size`` examples, from a fixed seed."""
-    generator = torch.Generator().manual_seed(0)
-    resampled = [metric(torch.randint(size, (size,), generator=generator)) for _ in range(resamples)]
-    return torch.tensor(resampled, dtype=torch.float64)
+    return {
+        name: stats.paired_difference(scorer("theseus"), scorer(name), len(predictions["theseus"]))
+        for name in predictions
+        if name != "theseus"
+    }
 
 
-def bootstrap_standard_error(metric: Callable[[torch.Tensor], float], size: int, resamples: int = 1000) -> float:
-    """The standard deviation of ``metric(indices)`` over bootstrap resamples of ``size`` examples (fixed seed)."""
-    return float(_bootstrap(metric, size, resamples).std())
-
-
-def bootstrap_interval(
-    metric: Callable[[torch.Tensor], float], size: int, resamples: int = 1000, level: float = 0.95
-) -> tuple[float, float]:
-    """The percentile interval of ``metric(indices)`` over bootstrap resamples of ``size`` examples (fixed seed)."""
-    values = _bootstrap(metric, size, resamples)
-    tail = (1 - level) / 2
-    return float(values.quantile(tail)), float(values.quantile(1 - tail))
-
-
-def markdown_report(report: dict[str, Any]) -> str:
+def markdown_report(report: Report | dict[str, Any]) -> str:
     """``report.md``: the models' table, standard errors, a verdict per comparison, size and speed of the export."""
-    metric = report["metric"]
+    report = report if isinstance(report, Report) else Report.from_dict(report)
+    metric, models = report.metric, report.models
     lines = [
-        f"# Compression report: {report['recipe']['name']}\n",
-        f"{report['recipe']['description']}\n",
+        f"# Compression report: {report.recipe['name']}\n",
+        f"{report.recipe['description']}\n",
         f"| model | test {metric} | retention | parameters | size on disk (MB) |",
         "|---|---|---|---|---|",
     ]
-    for name, entry in report["models"].items():
-        retention = f"{entry['retention_percent']:.1f}%" if entry["retention_percent"] is not None else "n/a"
-        size = f"{entry['size_on_disk_bytes'] / 1e6:.2f}" if "size_on_disk_bytes" in entry else "n/a"
-        lines.append(f"| {name} | {entry['test'][metric]:.4f} | {retention} | {entry['parameters']:,} | {size} |")
-    if report.get("refinement"):
+    for name, entry in models.items():
+        retention = f"{entry.retention_percent:.1f}%" if entry.retention_percent is not None else "n/a"
+        size = f"{entry.size_on_disk_bytes / 1e6:.2f}" if entry.size_on_disk_bytes is not None else "n/a"
+        lines.append(f"| {name} | {entry.test[metric]:.4f} | {retention} | {entry.parameters:,} | {size} |")
+    if report.refinement:
         lines.append(
-            f"\nEvery compressed model was refined after its phase ({report['refinement']}), then trained on the "
+            f"\nEvery compressed model was refined after its phase ({report.refinement}), then trained on the "
             f"predecessor's logits in a refine phase of its own."
         )
-    if any("test_standard_error" in entry for entry in report["models"].values()):
-        errors = ", ".join(f"{name} ±{entry['test_standard_error']:.4f}" for name, entry in report["models"].items())
+    if any(entry.test_standard_error is not None for entry in models.values()):
+        errors = ", ".join(f"{name} ±{entry.test_standard_error:.4f}" for name, entry in models.items())
         lines.append(f"\nStandard errors of the test {metric} (bootstrap over test examples): {errors}.")
-    for name, comparison in report.get("comparisons", {}).items():
+    for name, comparison in (report.comparisons or {}).items():
         difference, low, high = comparison["difference"], comparison["low"], comparison["high"]
         if low > 0:
             verdict = "ahead of"
@@ -115,17 +96,18 @@ def markdown_report(report: dict[str, Any]) -> str:
             f"- Theseus is {verdict} {name}: {difference:+.4f} (95% paired bootstrap interval [{low:+.4f}, "
             f"{high:+.4f}])."
         )
-    if "theseus" in report["models"]:
-        size = report["models"]["theseus"]["size_on_disk_bytes"]
-        smaller = report["models"]["predecessor"].get("size_on_disk_bytes", size) / size
+    if "theseus" in models:
+        size = models["theseus"].size_on_disk_bytes
+        predecessor_size = models["predecessor"].size_on_disk_bytes
+        smaller = (predecessor_size if predecessor_size is not None else size) / size
         lines.append(
             f"\nThe exported successor takes {size / 1e6:.2f} MB on disk ({smaller:.1f}× less than the predecessor's "
-            f"export) and runs {report['speedup']:.2f}× as fast as the predecessor (measured, eager, median of "
+            f"export) and runs {report.speedup:.2f}× as fast as the predecessor (measured, eager, median of "
             f"per-turn ratios)."
         )
     else:
         lines.append(
-            f"\nNo Theseus run (`theseus: false`); the baselines' model runs {report['speedup']:.2f}× as fast as the "
+            f"\nNo Theseus run (`theseus: false`); the baselines' model runs {report.speedup:.2f}× as fast as the "
             f"predecessor (measured, eager, median of per-turn ratios)."
         )
     return "\n".join(lines) + "\n"
@@ -167,30 +149,31 @@ def write_report(session: Session, models: dict[str, nn.Module], compact: nn.Mod
     others' exports are deleted once measured; Theseus' stays in ``<out>/model``), and the measured speedup of
     ``compact`` (the Theseus successor, else the first baseline's model). Rank 0's work; returns the report."""
     task, recipe, out = session.task, session.recipe, session.out
-    report: dict[str, Any] = {"recipe": recipe.to_dict(), "metric": task.metric, "models": {}}
+    results = {}
     for name, model in models.items():
         model.eval()
         parameters = sum(p.numel() for p in model.parameters())
-        report["models"][name] = {**test_metrics(task, model), "parameters": parameters}
+        results[name] = ModelResult.from_dict({**test_metrics(task, model), "parameters": parameters})
     for name, model in models.items():
-        report["models"][name]["size_on_disk_bytes"] = _size_on_disk(task, out, name, model)
+        results[name].size_on_disk_bytes = _size_on_disk(task, out, name, model)
+    reference = results["predecessor"].test[task.metric]
+    for entry in results.values():
+        entry.retention_percent = 100.0 * entry.test[task.metric] / reference if reference else None
+    report = Report(recipe=recipe.to_dict(), metric=task.metric, models=results)
     if recipe.refine is not None:
-        report["refinement"] = refinement(task)
-    reference = report["models"]["predecessor"]["test"][task.metric]
-    for entry in report["models"].values():
-        entry["retention_percent"] = 100.0 * entry["test"][task.metric] / reference if reference else None
+        report.refinement = refinement(task)
     if scores_examples(task):
-        report["test_labels"] = [round(float(value), 5) for value in task.labels("test")]
+        report.test_labels = [round(float(value), 5) for value in task.labels("test")]
         if "theseus" in models:
-            report["comparisons"] = paired_comparisons(task, report)
-    report["speedup"] = _speedup(task, models["predecessor"], compact, session.accelerator.device)
-    report["phases"] = {
+            report.comparisons = paired_comparisons(task, report)
+    report.speedup = _speedup(task, models["predecessor"], compact, session.accelerator.device)
+    report.phases = {
         k: {kk: v for kk, v in d.items() if kk not in ("weights", "rng")} for k, d in session.state["done"].items()
     }
-    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    report.save(out / "report.json")
     (out / "report.md").write_text(markdown_report(report))
     plot_curves(out / "metrics.jsonl", out / "curves.png", task.metric)
-    return report
+    return report.to_dict()
 
 
 def _size_on_disk(task: Task, out: Path, name: str, model: nn.Module) -> int:

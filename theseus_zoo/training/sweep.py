@@ -89,7 +89,7 @@ def sweep(
     """Runs every grid point of ``recipe`` (see the module doc); returns the summary written to sweep.json.
     ``predecessor_from``: a finished run whose fine-tuned predecessor every point takes (when the grid leaves the
     predecessor alone), instead of the first point fine-tuning one."""
-    from .run import Run
+    from .results import ensure_run
     from .run_directory import RunError
 
     out = Path(out)
@@ -117,29 +117,23 @@ def sweep(
         if isinstance(candidate, Exception):
             rows.append({"point": point, "skipped": str(candidate)})
             continue
-        report_path = directory / "report.json"
-        if not report_path.exists():
-            started = (directory / "checkpoint.pt").exists()
-            run = Run(
-                candidate,
-                directory,
-                resume=started,
-                progress=progress,
-                predecessor_from=source if shares_predecessor and not started else None,
-            )
-            run.run()
-        report = json.loads(report_path.read_text())
+        report = ensure_run(
+            candidate,
+            directory,
+            progress=progress,
+            predecessor_from=source if shares_predecessor else None,
+        )
         if source is None:
             source = directory
-        theseus = report["models"]["theseus"]
+        theseus = report.models["theseus"]
         rows.append(
             {
                 "point": point,
                 "directory": str(directory),
-                "dev": report["phases"]["replacing"]["best_metric"],
-                "test": theseus["test"][report["metric"]],
-                "retention_percent": theseus["retention_percent"],
-                "predecessor_test": report["models"]["predecessor"]["test"][report["metric"]],
+                "dev": report.phases["replacing"]["best_metric"],
+                "test": report.test("theseus"),
+                "retention_percent": theseus.retention_percent,
+                "predecessor_test": report.test("predecessor"),
                 **({"note": notes[number]} if number in notes else {}),
             }
         )

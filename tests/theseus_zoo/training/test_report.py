@@ -9,12 +9,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from theseus_zoo.training.report import (
-    bootstrap_interval,
-    bootstrap_standard_error,
-    markdown_report,
-    paired_comparisons,
-)
+from theseus_zoo.training.report import markdown_report, paired_comparisons
+from theseus_zoo.training.stats import bootstrap_interval, bootstrap_standard_error
 
 
 class Labelled:

@@ -1,0 +1,214 @@
+"""A run's results as the zoo and ``benchmarks/`` share them: `Report` and `ModelResult`, the typed ``report.json``
+(`Report.load` / `Report.save`), and `ensure_run`, which runs a recipe into a directory, resumes it or reads its
+report.
+
+``report.json`` is versioned like a recipe (`theseus_zoo.recipes.with_defaults`): `REPORT_VERSION` is the layout
+written today. Version 1 is the layout every report so far has, without a ``version`` field: it loads as version 1
+and is saved byte for byte as it was (keys in the same order, ``json.dumps(..., indent=2)``); a later layout will
+write its number.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from .. import metrics
+from .run_directory import CHECKPOINT
+
+if TYPE_CHECKING:
+    from ..recipes import Recipe
+
+REPORT_VERSION = 1
+REPORT = "report.json"
+
+
+@dataclass
+class ModelResult:
+    """One model of a report: its test metrics (``test``: metric name -> value), parameters, and, when the run
+    measured them, the bootstrap standard error of the test metric, the per-example test predictions (what paired
+    comparisons need), the bytes of its export and its test metric as a percentage of the predecessor's."""
+
+    test: dict[str, float]
+    parameters: int | None = None
+    test_standard_error: float | None = None
+    test_predictions: list[float] | None = None
+    size_on_disk_bytes: int | None = None
+    retention_percent: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Fields this layout does not know (a newer writer's), kept so that a save writes them back."""
+
+    _ORDER = ("test", "test_standard_error", "test_predictions", "parameters", "size_on_disk_bytes")
+
+    @classmethod
+    def from_dict(cls, entry: Mapping[str, Any]) -> ModelResult:
+        known = {name: entry[name] for name in (*cls._ORDER, "retention_percent") if name in entry}
+        return cls(**{"test": {}, **known}, extra={k: v for k, v in entry.items() if k not in known and k != "extra"})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The entry as ``report.json`` has it: the fields measured (``retention_percent`` always, ``null`` when
+        the predecessor's metric is 0), in the order reports have always had them."""
+        entry = {name: getattr(self, name) for name in self._ORDER if getattr(self, name) is not None}
+        return {**entry, "retention_percent": self.retention_percent, **self.extra}
+
+
+@dataclass
+class Report:
+    """What `theseus compress` writes to ``report.json`` (`theseus_zoo.training.report.write_report`): the recipe
+    (as `Recipe.to_dict` gave it), the test metric's name, every model (``"predecessor"`` first, then
+    ``"theseus"`` and ``"baseline:<name>"``), the measured speedup of the exported successor and each phase's record
+    (``best_metric``, ``seconds``, ...). Tasks that score per-example predictions add the test labels and Theseus'
+    paired comparisons (model name -> ``{"difference", "low", "high"}``); a recipe with a ``refine`` phase adds
+    what refined the models."""
+
+    recipe: dict[str, Any]
+    metric: str
+    models: dict[str, ModelResult]
+    speedup: float | None = None
+    phases: dict[str, dict[str, Any]] = field(default_factory=dict)
+    refinement: Any = None
+    test_labels: list[float] | None = None
+    comparisons: dict[str, dict[str, float]] | None = None
+    version: int = REPORT_VERSION
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Fields this layout does not know, kept so that a save writes them back."""
+
+    _KNOWN = ("recipe", "metric", "models", "refinement", "test_labels", "comparisons", "speedup", "phases")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Report:
+        """A report as ``report.json`` holds it; one without a ``version`` field is version 1. Fields a partial
+        report lacks (one made up in a test, say) load as ``None`` or empty."""
+        version = data.get("version", 1)
+        if not isinstance(version, int) or version > REPORT_VERSION:
+            raise ValueError(
+                f"report version {version!r} is newer than this theseus_zoo reads ({REPORT_VERSION}): upgrade it"
+            )
+        return cls(
+            recipe=data.get("recipe", {}),
+            metric=data.get("metric", ""),
+            models={name: ModelResult.from_dict(entry) for name, entry in data.get("models", {}).items()},
+            speedup=data.get("speedup"),
+            phases=data.get("phases", {}),
+            refinement=data.get("refinement"),
+            test_labels=data.get("test_labels"),
+            comparisons=data.get("comparisons"),
+            version=version,
+            extra={k: v for k, v in data.items() if k not in (*cls._KNOWN, "version")},
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as ``report.json`` lays it out (module doc)."""
+        data: dict[str, Any] = {"version": self.version} if self.version != 1 else {}
+        data |= {
+            "recipe": self.recipe,
+            "metric": self.metric,
+            "models": {name: model.to_dict() for name, model in self.models.items()},
+        }
+        if self.refinement is not None or self.recipe.get("refine") is not None:  # null when nothing refined
+            data["refinement"] = self.refinement
+        optional = {"test_labels": self.test_labels, "comparisons": self.comparisons}
+        data |= {name: value for name, value in optional.items() if value is not None}
+        return data | {"speedup": self.speedup, "phases": self.phases} | self.extra
+
+    @classmethod
+    def load(cls, path: Path | str) -> Report:
+        """``path``: a ``report.json``, or a run directory holding one."""
+        path = Path(path)
+        return cls.from_dict(json.loads((path / REPORT if path.is_dir() else path).read_text()))
+
+    def save(self, path: Path | str) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    def test(self, model: str) -> float:
+        """``model``'s test metric (the report's ``metric``)."""
+        return self.models[model].test[self.metric]
+
+    def scorer(self, model: str) -> Callable[[Any], float]:
+        """``model``'s test metric on the test examples a bootstrap chose (numpy indices), from its per-example
+        predictions: `score_examples`."""
+        labels, predictions = np.asarray(self.test_labels), np.asarray(self.models[model].test_predictions)
+        return lambda chosen: score_examples(self.metric, predictions, labels, chosen)
+
+
+def score_examples(metric: str, predictions: np.ndarray, labels: np.ndarray, chosen: np.ndarray) -> float:
+    """A report's test ``metric`` of per-example ``predictions`` on the examples ``chosen``: accuracy, or for
+    regression the mean of Pearson and Spearman (as `theseus_zoo.tasks.text` scores it)."""
+    labels, predictions = labels[chosen], predictions[chosen]
+    if metric == "accuracy":
+        return float(np.mean(predictions == labels))
+    return (metrics.pearson(predictions, labels) + metrics.spearman(predictions, labels)) / 2
+
+
+# --------------------------------------------------------------------------- run, resume or read
+class Runner(Protocol):
+    """Runs a recipe into ``out``: resumes it (``resume``), or starts it, taking the fine-tuned predecessor of
+    ``predecessor_from`` when given; leaves ``out/report.json``."""
+
+    def __call__(self, out: Path, *, resume: bool, predecessor_from: Path | None) -> object: ...
+
+
+def ensure_run(
+    recipe: Recipe | None,
+    out: Path,
+    *,
+    progress: bool = True,
+    predecessor_from: Path | None = None,
+    runner: Runner | None = None,
+) -> Report:
+    """The report of the run in ``out``: read when it is finished, resumed when it has a checkpoint, else run.
+    A fresh run takes the fine-tuned predecessor of ``predecessor_from`` (a finished run) when given and its recipe
+    has a predecessor phase; a resumed one has its own. ``runner`` runs instead of `theseus_zoo.training.run.Run`
+    in this process (`CompressProcess`: a ``theseus compress`` process of its own, with its own thread count); then
+    ``recipe`` may be ``None``, the runner knowing it."""
+    out = Path(out)
+    if not (out / REPORT).exists():
+        started = (out / CHECKPOINT).exists()
+        without_predecessor = recipe is not None and recipe.predecessor is None  # nothing to take
+        source = None if started or without_predecessor else predecessor_from
+        if runner is None:
+            from .run import Run
+
+            if recipe is None:
+                raise ValueError("ensure_run: give a recipe, or a runner that knows it")
+            Run(recipe, out, resume=started, progress=progress, predecessor_from=source).run()
+        else:
+            runner(out, resume=started, predecessor_from=source)
+    return Report.load(out / REPORT)
+
+
+@dataclass(frozen=True)
+class CompressProcess:
+    """A `Runner`: ``theseus compress --recipe RECIPE [ARGUMENTS] --out OUT --no-progress`` in a process of its
+    own with ``threads`` OpenMP / MKL threads, its output in ``log`` (``mode`` ``"w"`` or ``"a"``); raises
+    `RuntimeError` naming ``name`` and the log when it fails."""
+
+    recipe: str
+    arguments: Sequence[str] = ()
+    threads: int = 1
+    log: Path | None = None
+    mode: str = "w"
+    name: str | None = None
+
+    def __call__(self, out: Path, *, resume: bool, predecessor_from: Path | None) -> None:
+        command = [sys.executable, "-m", "theseus_zoo.cli", "compress", "--recipe", self.recipe, *self.arguments]
+        command += ["--out", str(out), "--no-progress"]
+        if resume:
+            command.append("--resume")
+        elif predecessor_from is not None:
+            command += ["--predecessor-from", str(predecessor_from)]
+        environment = {**os.environ, "OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads)}
+        log = self.log or out.parent / f"{out.name}.log"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, self.mode) as stream:
+            finished = subprocess.run(command, env=environment, stdout=stream, stderr=subprocess.STDOUT)
+        if finished.returncode != 0:
+            raise RuntimeError(f"{self.name or out} failed (exit {finished.returncode}); see {log}")
