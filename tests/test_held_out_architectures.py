@@ -111,8 +111,10 @@ def test_a_batch_longer_than_the_window_shows_a_group_mixing_sliding_and_full_at
 def test_hf_plans_verify_on_a_batch_longer_than_any_window():
     model = build("MistralConfig", "MistralModel", **GEMMA2)
     plan = hf.plan(model, 2)
-    [(args, longer)] = plan.more_examples((), {"input_ids": tokens(4), "attention_mask": torch.ones(2, 4)})
-    assert args == () and longer["input_ids"].shape == longer["attention_mask"].shape == (2, 9)
+    batch = {"input_ids": tokens(4), "attention_mask": torch.ones(2, 4), "labels": tokens(4), "use_cache": False}
+    [(args, longer)] = plan.more_examples((), batch)
+    assert args == () and longer["input_ids"].shape == longer["attention_mask"].shape == longer["labels"].shape
+    assert longer["input_ids"].shape == (2, 9) and longer["use_cache"] is False
     assert torch.equal(longer["input_ids"][:, 4:8], tokens(4))
     assert plan.more_examples((), {"input_ids": tokens(12)}) == []
 

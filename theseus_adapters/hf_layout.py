@@ -30,8 +30,8 @@ LEADING_COUNTS = ("first_k_dense_replace",)
 WINDOW_FIELDS = ("sliding_window", "attention_window", "block_size", "local_attn_window", "window")
 """Config fields naming a window of tokens: `hf.plan` verifies on a batch longer than any of them."""
 POSITION_FIELDS = ("max_position_embeddings", "n_positions", "max_source_positions", "context_length")
-LENGTHENED = ("input_ids", "attention_mask", "token_type_ids", "decoder_input_ids", "decoder_attention_mask")
-"""Keyword arguments `longer_batch` repeats along the sequence."""
+SEQUENCES = ("input_ids", "decoder_input_ids", "inputs_embeds")
+"""Keyword arguments whose second dimension is a sequence `longer_batch` repeats."""
 
 Kind = tuple[str, tuple[tuple[str, tuple[int, ...]], ...], tuple[tuple[str, Any], ...]]
 
@@ -214,16 +214,20 @@ def window_length(config: Any) -> int | None:
 
 def longer_batch(args: tuple, kwargs: dict[str, Any], *, length: int) -> list[tuple[tuple, dict[str, Any]]]:
     """The batch again with its token sequences repeated to ``length``, when they are shorter; ``[]`` when it has
-    none to repeat or they are long enough (`hf.plan`'s `theseus_core.Plan.more_examples`)."""
+    none to repeat, they are long enough, or it gives positions (`hf.plan`'s `theseus_core.Plan.more_examples`).
+    Every keyword tensor laid out as ``[batch, sequence, ...]`` along a sequence of `SEQUENCES` (masks, token
+    types, labels) is repeated alike."""
     import torch
 
     if "position_ids" in kwargs or args:
         return []
-    sequences = {name: kwargs[name] for name in LENGTHENED if isinstance(kwargs.get(name), torch.Tensor)}
-    if not sequences or all(t.dim() != 2 or t.shape[1] >= length for t in sequences.values()):
+    lengths = {kwargs[name].shape[1] for name in SEQUENCES if isinstance(kwargs.get(name), torch.Tensor)}
+    lengths = {size for size in lengths if 0 < size < length}
+    if not lengths:
         return []
     longer = dict(kwargs)
-    for name, tensor in sequences.items():
-        if tensor.dim() == 2 and 0 < tensor.shape[1] < length:
-            longer[name] = tensor.repeat(1, -(-length // tensor.shape[1]))[:, :length]
+    for name, tensor in kwargs.items():
+        if isinstance(tensor, torch.Tensor) and tensor.dim() >= 2 and tensor.shape[1] in lengths:
+            repeats = [1, -(-length // tensor.shape[1]), *[1] * (tensor.dim() - 2)]
+            longer[name] = tensor.repeat(*repeats)[:, :length]
     return [((), longer)]
