@@ -1,0 +1,83 @@
+"""`theseus_zoo.training.results`: the typed report reads and writes report.json as it is; ensure_run decides."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from theseus_zoo.training.results import REPORT, ModelResult, Report, ensure_run
+from theseus_zoo.training.run_directory import CHECKPOINT
+
+ARCHIVE = Path(__file__).parents[3] / "benchmarks" / "results"
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted(ARCHIVE.rglob(REPORT))[:6] or [pytest.param(None, marks=pytest.mark.skip("no archived reports"))],
+    ids=lambda path: str(path.parent.name) if path else "none",
+)
+def test_an_archived_report_loads_and_saves_byte_for_byte(path, tmp_path):
+    report = Report.load(path)
+    assert report.version == 1  # written before reports had a version field
+    report.save(tmp_path / REPORT)
+    assert (tmp_path / REPORT).read_bytes() == path.read_bytes()
+
+
+def test_fields_in_their_order_a_null_retention_and_unknown_fields_kept(tmp_path):
+    data = {
+        "recipe": {"name": "r", "refine": {"steps": 3}},
+        "metric": "accuracy",
+        "models": {"predecessor": {"test": {"accuracy": 0.0}, "parameters": 4, "retention_percent": None}},
+        "refinement": None,
+        "speedup": 1.5,
+        "phases": {},
+        "from_the_future": [1],
+    }
+    report = Report.from_dict(data)
+    assert report.test("predecessor") == 0.0 and report.models["predecessor"].retention_percent is None
+    assert list(report.to_dict()) == list(data) and report.to_dict() == data
+    report.save(tmp_path / REPORT)
+    assert (tmp_path / REPORT).read_text() == json.dumps(data, indent=2) + "\n"
+    assert ModelResult(test={"accuracy": 1.0}, parameters=2).to_dict() == {
+        "test": {"accuracy": 1.0},
+        "parameters": 2,
+        "retention_percent": None,
+    }
+
+
+def test_a_newer_report_is_refused_and_a_later_version_writes_its_number():
+    with pytest.raises(ValueError, match="newer than this theseus_zoo reads"):
+        Report.from_dict({"version": 99, "metric": "accuracy", "models": {}})
+    report = Report.from_dict({"metric": "accuracy", "models": {}})
+    report.version = 2
+    assert next(iter(report.to_dict())) == "version"
+
+
+class Recorder:
+    """A runner that records how it was called and leaves a minimal report."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict] = []
+
+    def __call__(self, out: Path, *, resume: bool, predecessor_from: Path | None) -> None:
+        self.calls.append({"resume": resume, "predecessor_from": predecessor_from})
+        out.mkdir(parents=True, exist_ok=True)
+        (out / REPORT).write_text(json.dumps({"metric": "accuracy", "models": {"theseus": {"test": {"accuracy": 1}}}}))
+
+
+def test_ensure_run_runs_fresh_resumes_started_and_reads_finished(tmp_path):
+    runner, source = Recorder(), tmp_path / "source"
+    assert ensure_run(None, tmp_path / "fresh", predecessor_from=source, runner=runner).test("theseus") == 1
+    (tmp_path / "started").mkdir()
+    (tmp_path / "started" / CHECKPOINT).write_bytes(b"")
+    ensure_run(None, tmp_path / "started", predecessor_from=source, runner=runner)
+    assert runner.calls == [
+        {"resume": False, "predecessor_from": source},
+        {"resume": True, "predecessor_from": None},  # a started run has its own predecessor
+    ]
+    ensure_run(None, tmp_path / "fresh", runner=runner)  # finished: read, not run
+    assert len(runner.calls) == 2
+    with pytest.raises(ValueError, match="give a recipe"):
+        ensure_run(None, tmp_path / "nothing")
