@@ -453,6 +453,12 @@ def _compare(
     if gap is not None:
         first = trace.order[0] if trace.order else 0
         randomness = _rng_moved(groups, trace, expected, len(groups))
+        if len(tensors(trace.output)) != len(tensors(expected.output)):
+            randomness = (
+                f"the model returns something per layer of {_container(groups, first)} (a cache: mems, "
+                f"past_key_values, or every layer's hidden states), which has one entry per site now; turn it off "
+                f"in example_kwargs (use_cache=False, use_mems=False, output_hidden_states=False)."
+            )
         raise VerificationError(
             f"at rate 0 ({where}) every group returns what it did in the original model, but the model's output "
             f"{gap}. Likely cause: "

@@ -158,7 +158,8 @@ def test_a_transformers_layer_outside_the_registered_bases_is_still_copied():
     model = transformers.XLNetModel(config).eval()
     assert th.DEFAULT_REGISTRY.find(type(model.layer[0])) is None
     ids = torch.randint(0, 50, (2, 7), generator=torch.Generator().manual_seed(0))
-    theseus = th.replace_(model, hf.plan(model, num_layers=2, init="last"), example_kwargs={"input_ids": ids})
+    inputs = {"input_ids": ids, "use_mems": False}  # eval mode returns one memory per layer unless told not to
+    theseus = th.replace_(model, hf.plan(model, num_layers=2, init="last"), example_kwargs=inputs)
     finalized = theseus.finalize()
     assert len(finalized.layer) == 2 and finalized.config.n_layer == 2
     finalized(input_ids=ids)
@@ -175,7 +176,7 @@ def test_a_private_registration_for_a_layer_outside_the_bases_is_used_when_the_p
     ids = torch.randint(0, 50, (2, 7), generator=torch.Generator().manual_seed(0))
     told = hf.plan(model, num_layers=2, registry=private)
     assert all(spec.successor is None for spec in told.specs)
-    theseus = th.replace_(model, told, registry=private, example_kwargs={"input_ids": ids})
+    theseus = th.replace_(model, told, registry=private, example_kwargs={"input_ids": ids, "use_mems": False})
     assert built_by_user(theseus) == [True, True]
     theseus.restore()
     assert all(spec.successor is hf.layer_successor for spec in hf.plan(model, num_layers=2).specs)
