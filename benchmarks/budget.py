@@ -16,16 +16,16 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
 from theseus_zoo.recipes import with_defaults
+from theseus_zoo.training.analyze import budget_row, budget_table, plot_budget
+from theseus_zoo.training.results import Report
 
-from .compare import check_one_predecessor, merged, model_of
-from .harness import markdown_table, write_report
-from .recipes import paired_comparison
+from .compare import check_one_predecessor, model_of
+from .harness import write_report
 
 
 def budget_rows(comparisons: list[dict[str, Any]], other: str) -> tuple[list[dict[str, Any]], list[str]]:
@@ -55,20 +55,14 @@ def budget_rows(comparisons: list[dict[str, Any]], other: str) -> tuple[list[dic
     )
     rows = []
     for results in comparisons:
-        reports = {method: {seed: results["reports"][method][seed] for seed in seeds} for method in ("theseus", other)}
-        recipe = reports["theseus"][seeds[0]]["recipe"]
-        metric = reports["theseus"][seeds[0]]["metric"]
-
-        rows.append(
-            {
-                "steps": recipe["replacing"]["steps"],
-                "steps_to_one": recipe["steps_to_one"],
-                "lr": {method: results["chosen_lr"][method] for method in ("theseus", other)},
-                **{method: mean_test(reports[method], method, metric) for method in ("theseus", other)},
-                "difference": paired_comparison(merged(reports, other, "theseus"), "a", "b"),
-                "metric": metric,
-            }
-        )
+        sides = {
+            seed: tuple(
+                (Report.from_dict(results["reports"][method][seed]), model_of(method)) for method in ("theseus", other)
+            )
+            for seed in seeds
+        }
+        lr = {method: results["chosen_lr"][method] for method in ("theseus", other)}
+        rows.append(budget_row(sides, other, lr=lr))
     steps = [row["steps"] for row in rows]
     if len(set(steps)) != len(steps):
         raise ValueError(f"two comparisons have the same budget ({steps}): give one comparison per budget")
@@ -83,50 +77,14 @@ def budget_free(recipe: dict[str, Any]) -> dict[str, Any]:
     return {**{k: v for k, v in recipe.items() if k not in ("steps_to_one", "seed")}, "replacing": replacing}
 
 
-def mean_test(reports: dict[str, dict[str, Any]], method: str, metric: str) -> float:
-    """``method``'s test metric, mean over the seeds of ``reports``."""
-    return statistics.mean(report["models"][model_of(method)]["test"][metric] for report in reports.values())
-
-
-def interval(difference: dict[str, Any] | None) -> str:
-    if difference is None:
-        return "—"
-    return f"{difference['mean']:+.4f} [{difference['low']:+.4f}, {difference['high']:+.4f}]"
-
-
 def plot(rows: list[dict[str, Any]], other: str, path: Path) -> None:
-    """Left: each method's test metric against the budget. Right: Theseus minus the other with its interval."""
+    """The study's plot (`theseus_zoo.training.analyze.plot_budget`) in ``path``."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         print("matplotlib is not installed: no plot")
         return
-    metric = rows[0]["metric"]
-    steps = [row["steps"] for row in rows]
-    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8), constrained_layout=True)
-    for method in ("theseus", other):
-        left.plot(steps, [row[method] for row in rows], marker="o", label=method)
-    left.set_xscale("log", base=2)
-    left.set_xticks(steps, [str(s) for s in steps])
-    left.set_xlabel("replacing steps (budget)")
-    left.set_ylabel(f"test {metric}")
-    left.legend()
-    shown = [row for row in rows if row["difference"] is not None]
-    if shown:
-        means = [row["difference"]["mean"] for row in shown]
-        errors = [
-            [row["difference"]["mean"] - row["difference"]["low"] for row in shown],
-            [row["difference"]["high"] - row["difference"]["mean"] for row in shown],
-        ]
-        right.errorbar([row["steps"] for row in shown], means, yerr=errors, fmt="o-", color="black", capsize=4)
-    right.axhline(0, color="gray", linewidth=1)
-    right.set_xscale("log", base=2)
-    right.set_xticks(steps, [str(s) for s in steps])
-    right.set_xlabel("replacing steps (budget)")
-    right.set_ylabel(f"theseus − {other} (95% paired bootstrap)")
+    figure = plot_budget(rows, other)
     figure.savefig(path, dpi=110)
     plt.close(figure)
 
@@ -149,27 +107,13 @@ def main(argv: list[str] | None = None) -> None:
     recipe = first["recipe"]["name"]
     name = args.name or f"budget-{recipe}"
     metric = rows[0]["metric"]
-    table = [
-        [
-            row["steps"],
-            row["steps_to_one"],
-            f"{row['lr']['theseus']:g} / {row['lr'][args.other]:g}",
-            f"{row['theseus']:.4f}",
-            f"{row[args.other]:.4f}",
-            interval(row["difference"]),
-        ]
-        for row in rows
-    ]
     command = "python -m benchmarks.budget " + shlex.join(sys.argv[1:] if argv is None else argv)
     markdown = "\n".join(
         [
             f"# Budget curve of `{recipe}`: Theseus against {args.other}\n",
             f"Test {metric}, mean over seeds {', '.join(seeds)} (the seeds every budget has), one fine-tuned "
             "predecessor for all; the difference is paired on the same seeds and test examples.\n",
-            markdown_table(
-                ["replacing steps", "p = 1 at", "lr (Theseus / other)", "Theseus", args.other, "Theseus − other (95%)"],
-                table,
-            ),
+            "\n".join(budget_table(rows, args.other)) + "\n",
             f"\n![budget curve]({name}.png)\n",
             f"\nCommand: `{command}`.\n",
         ]

@@ -22,16 +22,19 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import json
-from collections.abc import Iterator, Sequence
+import statistics
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import theseus_core as th
 
 from ..recipes import Recipe
+from . import stats
 from .checkpoints import read_checkpoint
-from .results import ensure_run
+from .results import Report, ensure_run
 from .run_directory import CHECKPOINT
 
 ANALYSES = ("sensitivity", "schedules", "budget")
@@ -155,7 +158,9 @@ def budget(
     progress: bool = True,
     predecessor_from: Path | None = None,
 ) -> dict:
-    """Theseus against truncated fine-tuning at several budgets (module doc). Returns the summary."""
+    """Theseus against truncated fine-tuning at several budgets (module doc), one run per budget, each a point of
+    the budget study (`budget_row`, `budget_table`, `plot_budget`: the same as ``benchmarks.budget`` makes of
+    several seeds). Returns the summary."""
     rows, source = [], predecessor_from
     for factor in budgets:
         steps = max(1, round(recipe.replacing.steps * factor))
@@ -167,32 +172,93 @@ def budget(
         name = f"budget-{steps}"
         report = ensure_run(recipe.with_overrides(overrides), out / name, progress=progress, predecessor_from=source)
         source = source or out / name
-        metric = report.metric
-        rows.append(
-            {
-                "steps": steps,
-                "theseus": report.test("theseus"),
-                "truncated": report.test("baseline:truncated"),
-                **(
-                    {"interval": report.comparisons["baseline:truncated"]}
-                    if "baseline:truncated" in (report.comparisons or {})
-                    else {}
-                ),
-            }
-        )
+        rows.append(budget_row({recipe.seed: ((report, "theseus"), (report, "baseline:truncated"))}, "truncated"))
+    metric = rows[0]["metric"]
     summary = {"analysis": "budget", "metric": metric, "rows": rows}
     lines = [
         f"# Budget curve of `{recipe.name}`: Theseus against truncated fine-tuning\n",
-        f"Replacing steps (p = 1 at the same fraction of them as the recipe's); test {metric}.\n",
-        "| steps | Theseus | truncated | Theseus − truncated (95% paired bootstrap) |",
-        "|---|---|---|---|",
+        f"Replacing steps (p = 1 at the same fraction of them as the recipe's); test {metric}, seed {recipe.seed}; "
+        "the difference with its 95% paired bootstrap interval over test examples.\n",
+        *budget_table(rows, "truncated"),
     ]
-    for r in rows:
-        interval = r.get("interval")
-        cell = f"{interval['difference']:+.4f} [{interval['low']:+.4f}, {interval['high']:+.4f}]" if interval else "—"
-        lines.append(f"| {r['steps']} | {r['theseus']:.4f} | {r['truncated']:.4f} | {cell} |")
-    _write(out, summary, lines, _budget_plot(rows, metric))
+    _write(out, summary, lines, plot_budget(rows, "truncated"))
     return summary
+
+
+Side = tuple[Report, str]
+"""A report and the name of one of its models (``"theseus"``, ``"baseline:truncated"``)."""
+
+
+def budget_row(seeds: Mapping[Any, tuple[Side, Side]], other: str, **extra: Any) -> dict[str, Any]:
+    """One point of the budget study: per seed, Theseus' side and ``other``'s (runs of one budget); the replacing
+    steps and ``steps_to_one`` of Theseus' recipe, ``extra`` (a benchmark's learning rates), each side's test
+    metric (mean over seeds) and Theseus minus ``other`` paired over seeds and test examples
+    (`stats.paired_difference_over_seeds`, numpy's stream; ``None`` without per-example predictions)."""
+    (first, _), _ = next(iter(seeds.values()))
+    metric = first.metric
+    pairs = {  # one report per seed holding both sides, scored on Theseus' report's test labels
+        seed: dataclasses.replace(ours, models={"a": ours.models[mine], "b": theirs.models[model]})
+        for seed, ((ours, mine), (theirs, model)) in seeds.items()
+    }
+    difference = None
+    if all(report.test_labels is not None for report in pairs.values()):
+        size = len(first.test_labels)
+        scorers = {seed: (report.scorer("a"), report.scorer("b")) for seed, report in pairs.items()}
+        difference = stats.paired_difference_over_seeds(scorers, size, resampling=stats.NUMPY)
+    return {
+        "steps": first.recipe["replacing"]["steps"],
+        "steps_to_one": first.recipe["steps_to_one"],
+        **extra,
+        "theseus": statistics.mean(report.test("a") for report in pairs.values()),
+        other: statistics.mean(report.test("b") for report in pairs.values()),
+        "difference": difference,
+        "metric": metric,
+    }
+
+
+def budget_table(rows: Sequence[Mapping[str, Any]], other: str) -> list[str]:
+    """The study's markdown table: per budget, the replacing steps, where p reaches 1, the learning rates when the
+    rows carry them (``lr``), each side's test metric and the difference with its interval."""
+    rates = all("lr" in row for row in rows)
+    header = ["replacing steps", "p = 1 at", *(["lr (Theseus / other)"] * rates), "Theseus", other]
+    lines = ["| " + " | ".join([*header, "Theseus − other (95%)"]) + " |", "|" + "---|" * (len(header) + 1)]
+    for row in rows:
+        difference = row["difference"]
+        cell = (
+            "—"
+            if difference is None
+            else f"{difference['mean']:+.4f} [{difference['low']:+.4f}, {difference['high']:+.4f}]"
+        )
+        lr = [f"{row['lr']['theseus']:g} / {row['lr'][other]:g}"] if rates else []
+        values = [str(row["steps"]), str(row["steps_to_one"]), *lr, f"{row['theseus']:.4f}", f"{row[other]:.4f}", cell]
+        lines.append("| " + " | ".join(values) + " |")
+    return lines
+
+
+def plot_budget(rows: Sequence[Mapping[str, Any]], other: str) -> Any:
+    """Left: each side's test metric against the budget. Right: Theseus minus ``other`` with its interval."""
+    metric = rows[0]["metric"]
+    steps = [row["steps"] for row in rows]
+    figure, (left, right) = _figure(columns=2)
+    for method in ("theseus", other):
+        left.plot(steps, [row[method] for row in rows], marker="o", label=method)
+    shown = [row for row in rows if row["difference"] is not None]
+    if shown:
+        means = [row["difference"]["mean"] for row in shown]
+        errors = [
+            [row["difference"]["mean"] - row["difference"]["low"] for row in shown],
+            [row["difference"]["high"] - row["difference"]["mean"] for row in shown],
+        ]
+        right.errorbar([row["steps"] for row in shown], means, yerr=errors, fmt="o-", color="black", capsize=4)
+    right.axhline(0, color="gray", linewidth=1)
+    for axis in (left, right):
+        axis.set_xscale("log", base=2)
+        axis.set_xticks(steps, [str(s) for s in steps])
+        axis.set_xlabel("replacing steps (budget)")
+    left.set_ylabel(f"test {metric}")
+    left.legend(fontsize=8)
+    right.set_ylabel(f"theseus − {other} (95% paired bootstrap)")
+    return figure
 
 
 # --------------------------------------------------------------------------- output
@@ -207,12 +273,14 @@ def _write(out: Path, summary: dict[str, Any], lines: list[str], figure: Any) ->
     plt.close(figure)
 
 
-def _figure() -> tuple[Any, Any]:
+def _figure(columns: int = 1) -> tuple[Any, Any]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    if columns > 1:  # the budget study's two panels
+        return plt.subplots(1, columns, figsize=(11, 3.8), constrained_layout=True)
     figure, axis = plt.subplots(figsize=(6.5, 3.8))
     axis.grid(alpha=0.3)
     return figure, axis
@@ -238,19 +306,6 @@ def _schedule_plot(out: Path, names: list[str], metric: str) -> Any:
         axis.plot([r["step"] for r in evaluated], [r["dev"][metric] for r in evaluated], "o-", label=name)
     axis.set_xlabel("replacing step")
     axis.set_ylabel(f"dev {metric}")
-    axis.legend(fontsize=8)
-    figure.tight_layout()
-    return figure
-
-
-def _budget_plot(rows: list[dict[str, Any]], metric: str) -> Any:
-    figure, axis = _figure()
-    steps = [r["steps"] for r in rows]
-    axis.plot(steps, [r["theseus"] for r in rows], "o-", label="Theseus")
-    axis.plot(steps, [r["truncated"] for r in rows], "s-", label="truncated")
-    axis.set_xscale("log")
-    axis.set_xlabel("replacing steps (budget)")
-    axis.set_ylabel(f"test {metric}")
     axis.legend(fontsize=8)
     figure.tight_layout()
     return figure
