@@ -20,73 +20,23 @@ that draws per layer: LayerDrop).
 
 from __future__ import annotations
 
-import copy
 import inspect
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
+from .runs import Batch, ExampleRun, Trace, difference, hooks, tensors, watch
+from .runs import copied as copied  # re-exported: theseus_core.testing compares outputs with these
 from .site import ReplacementSite, primary_output, primary_parameter_name, split_primary
 from .spec import ResolvedGroup
-
-Batch = tuple[tuple[Any, ...], dict[str, Any]]
-"""One example batch: the model's positional and keyword arguments."""
 
 
 class VerificationError(ValueError):
     """`replace_` ran the model on the example batches and could not show that the sites at rate 0 give the
     original back (or the original itself cannot be compared run to run); the model was left as it was."""
-
-
-def copied(value: Any) -> Any:
-    """``value`` with its tensors cloned and its tuples, lists and mappings rebuilt, so that nothing the
-    model does later (in-place ops, a list that grows: DenseNet) changes it."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone()
-    if isinstance(value, tuple) and hasattr(value, "_fields"):
-        return type(value)(*(copied(item) for item in value))
-    if isinstance(value, (tuple, list)):
-        return type(value)(copied(item) for item in value)
-    if isinstance(value, Mapping):
-        result = copy.copy(value)
-        for key, item in value.items():
-            result[key] = copied(item)
-        return result
-    return value
-
-
-def tensors(value: Any) -> list[torch.Tensor]:
-    """The tensors in an output, in order (tuples, lists, mappings; other objects are skipped)."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (tuple, list)):
-        return [t for item in value for t in tensors(item)]
-    if isinstance(value, Mapping):
-        return [t for item in value.values() for t in tensors(item)]
-    return []
-
-
-def difference(actual: Any, expected: Any) -> str | None:
-    """How ``actual`` differs from ``expected`` (exactly, NaN equal to NaN), or ``None``."""
-    actual, expected = tensors(actual), tensors(expected)
-    if len(actual) != len(expected):
-        return f"returns {len(actual)} tensors instead of {len(expected)}"
-    for position, (a, e) in enumerate(zip(actual, expected, strict=True)):
-        if a.shape != e.shape or a.dtype != e.dtype:
-            return f"tensor {position} is {tuple(a.shape)} {a.dtype} instead of {tuple(e.shape)} {e.dtype}"
-        same = a == e
-        if a.is_floating_point() or a.is_complex():
-            same |= a.isnan() & e.isnan()
-        if not bool(same.all()):
-            if a.is_floating_point():
-                gap = (a.double() - e.double()).abs().nan_to_num(nan=float("inf")).max().item()
-                return f"differs by up to {gap:.3g} (tensor {position})"
-            return f"differs (tensor {position})"
-    return None
 
 
 def _argument_difference(first: Any, other: Any) -> str | None:
@@ -103,156 +53,6 @@ def _argument_difference(first: Any, other: Any) -> str | None:
 
 def _kind(value: Any) -> str:
     return "None" if value is None else f"a {type(value).__name__}"
-
-
-@dataclass
-class Trace:
-    """What one run showed at the entries it watched (groups in the original, sites after the surgery)."""
-
-    output: Any = None
-    inputs: dict[int, Batch] = field(default_factory=dict)  # per entry: its first call's arguments
-    outputs: dict[int, Any] = field(default_factory=dict)  # per entry: its first output
-    rng: dict[int, torch.Tensor] = field(default_factory=dict)  # per entry: the torch RNG state as it started
-    order: list[int] = field(default_factory=list)  # entries in the order they first ran
-    running: list[int] = field(default_factory=list)  # entries entered and not yet left
-    layer_calls: dict[int, list[tuple[Batch, Any]]] = field(default_factory=dict)  # per group: each layer's call
-    layer_rng: dict[int, list[torch.Tensor]] = field(default_factory=dict)  # per group: the RNG as each layer started
-    written: list[tuple[nn.Module, str]] = field(default_factory=list)  # tensors the run changed in place
-    rebuilt: list[str] = field(default_factory=list)  # submodules or parameters the run replaced
-
-
-@dataclass
-class ExampleRun:
-    """Forwards of a model on example batches that leave no trace."""
-
-    model: nn.Module
-    batches: list[Batch]
-    seed: int
-    frozen: Sequence[nn.Module]  # the modules whose parameters do not require grad while replacing
-
-    def __call__(self, trace: Trace, batch: Batch, training: bool, set_modes: Callable[[], None]) -> Trace:
-        """Runs the model on ``batch`` in the given mode and fills ``trace`` with its output, the tensors the
-        run changed in place and the modules it rebuilt; puts everything back afterwards."""
-        modules = list(self.model.named_modules(remove_duplicate=True))
-        saved = [_ModuleState(name, module) for name, module in modules]
-        flags = [(param, param.requires_grad) for param in self.model.parameters()]
-        devices = sorted({t.device.index or 0 for t in (*self.model.parameters(), *self.model.buffers()) if t.is_cuda})
-        try:
-            self.model.train(training)
-            set_modes()
-            for module in self.frozen:
-                module.requires_grad_(False)
-            with torch.random.fork_rng(devices=devices), torch.no_grad():
-                torch.manual_seed(self.seed)
-                inputs, kwargs = batch
-                trace.output = copied(self.model(*copied(inputs), **copied(kwargs)))
-        finally:
-            for state in saved:
-                state.compare(trace)
-            for state in saved:
-                state.restore()
-            for param, requires_grad in flags:
-                param.requires_grad_(requires_grad)
-        return trace
-
-
-class _ModuleState:
-    """One module's tensors, children and attributes before a run, to compare with and to put back."""
-
-    def __init__(self, name: str, module: nn.Module) -> None:
-        self.name, self.module = name, module
-        self.attributes = dict(module.__dict__)
-        self.children = dict(module._modules)
-        self.parameters = dict(module._parameters)
-        self.buffers = dict(module._buffers)
-        self.values = {
-            key: tensor.detach().clone()
-            for key, tensor in (*module._parameters.items(), *module._buffers.items())
-            if tensor is not None
-        }
-
-    def compare(self, trace: Trace) -> None:
-        module, where = self.module, self.name or "the model"
-        for table, before, kind in (
-            (module._modules, self.children, "submodule"),
-            (module._parameters, self.parameters, "parameter"),
-        ):
-            for key in sorted(set(table) | set(before)):
-                if table.get(key) is not before.get(key):
-                    trace.rebuilt.append(f"{kind} {key!r} of {where} ({type(module).__name__})")
-        for key, saved in self.values.items():
-            tensor = module._parameters.get(key, module._buffers.get(key))
-            if tensor is not None and (tensor.shape != saved.shape or difference(tensor, saved) is not None):
-                trace.written.append((module, key))
-
-    def restore(self) -> None:
-        module = self.module
-        for key in [key for key in module.__dict__ if key not in self.attributes]:
-            del module.__dict__[key]
-        for key, value in self.attributes.items():
-            if module.__dict__.get(key) is not value:
-                module.__dict__[key] = value
-        for table, before in (
-            (module._modules, self.children),
-            (module._parameters, self.parameters),
-            (module._buffers, self.buffers),
-        ):
-            if table != before or any(table[key] is not value for key, value in before.items()):
-                table.clear()
-                table.update(before)
-        with torch.no_grad():
-            for key, saved in self.values.items():
-                tensor = self.parameters.get(key, self.buffers.get(key))
-                if tensor is not None and tensor.shape == saved.shape and difference(tensor, saved) is not None:
-                    tensor.copy_(saved)
-
-
-@contextmanager
-def _hooks(register: Iterator[Any]) -> Iterator[None]:
-    handles = list(register)
-    try:
-        yield
-    finally:
-        for handle in handles:
-            handle.remove()
-
-
-def _watch(trace: Trace, entries: Sequence[tuple[nn.Module, nn.Module]], layers: Sequence[Sequence[nn.Module]] = ()):
-    """Hooks filling ``trace``: each entry is (module where it starts, module where it ends); ``layers``, per
-    entry, the modules whose every first call is recorded (the original's layers, to explain a difference)."""
-
-    def enter(index: int, args: tuple, kwargs: dict) -> None:  # a hook returning something would replace
-        trace.running.append(index)  # the input, so these return None
-        if index not in trace.order:
-            trace.order.append(index)
-            trace.inputs[index] = (copied(args), copied(kwargs))
-            trace.rng[index] = torch.get_rng_state()
-
-    def leave(index: int, output: Any) -> None:
-        if trace.running:
-            trace.running.pop()
-        trace.outputs.setdefault(index, copied(output))
-
-    def called(index: int, position: int, args: tuple, kwargs: dict) -> None:
-        calls = trace.layer_calls.setdefault(index, [])
-        if len(calls) == position:
-            calls.append(((copied(args), copied(kwargs)), None))
-            trace.layer_rng.setdefault(index, []).append(torch.get_rng_state())
-
-    def returned(index: int, position: int, output: Any) -> None:
-        calls = trace.layer_calls.get(index, [])
-        if len(calls) == position + 1 and calls[position][1] is None:
-            calls[position] = (calls[position][0], copied(output))
-
-    for index, (first, last) in enumerate(entries):
-        yield first.register_forward_pre_hook(lambda m, a, k, i=index: enter(i, a, k), with_kwargs=True)
-        yield last.register_forward_hook(lambda m, a, out, i=index: leave(i, out))
-    for index, modules in enumerate(layers):
-        for position, module in enumerate(modules):
-            yield module.register_forward_pre_hook(
-                lambda m, a, k, i=index, p=position: called(i, p, a, k), with_kwargs=True
-            )
-            yield module.register_forward_hook(lambda m, a, out, i=index, p=position: returned(i, p, out))
 
 
 @dataclass
@@ -301,7 +101,7 @@ def run_original(run: ExampleRun, groups: Sequence[ResolvedGroup], predecessor_e
     for index, batch in enumerate(run.batches):
         for training in (True, False):
             trace = Trace()
-            with _hooks(_watch(trace, entries, [group.modules for group in groups])):
+            with hooks(watch(trace, entries, [group.modules for group in groups])):
                 try:
                     run(trace, batch, training, predecessors_in_eval)
                 except Exception as error:
@@ -382,7 +182,7 @@ def verify(run: ExampleRun, sites: Sequence[ReplacementSite], groups: Sequence[R
             router.eval_route = "predecessor"
         try:
             layers = [site.predecessor.layers for site in sites]
-            with _hooks(_watch(trace, [(site, site) for site in sites], layers)):
+            with hooks(watch(trace, [(site, site) for site in sites], layers)):
                 try:
                     run(trace, run.batches[index], training, lambda: None)
                 except Exception as error:
