@@ -29,7 +29,6 @@ from torch import nn
 from torch._dynamo.utils import counters
 
 import theseus_core as th
-from theseus_core.spec import resolve
 from theseus_zoo.training.timing import interleaved_seconds, median_ratio
 
 from .cases import CASES, Case
@@ -131,12 +130,14 @@ def engine_overhead(case: Case, predecessor: nn.Module, repeats: int) -> dict[st
     """p = 0 through the sites against the bare predecessor with the same frozen parameters.
 
     ``train_others=True`` leaves the head trainable so both run a backward pass."""
-    wrapped, theseus = compress(case, predecessor, train_others=True)
+    wrapped = copy.deepcopy(predecessor)
+    names = {id(parameter): name for name, parameter in wrapped.named_parameters()}  # before the surgery
+    theseus = th.replace_(wrapped, case.plan(wrapped), seed=0, **{**case.replace_options, "train_others": True})
     theseus.rate = 0.0
     bare = copy.deepcopy(predecessor)
-    for spec in case.plan(bare):
-        for module in resolve(bare, spec.path).modules:
-            module.requires_grad_(False)
+    for site in theseus.sites:  # the groups' parameters, frozen in the wrapped model, frozen in the bare one too
+        for parameter in site.predecessor.parameters():
+            bare.get_parameter(names[id(parameter)]).requires_grad_(False)
 
     def step(model: nn.Module) -> None:
         model.train()

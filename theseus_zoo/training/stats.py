@@ -1,5 +1,6 @@
 """The statistics of reports and benchmarks, in one place: bootstrap standard errors and percentile intervals over
-test examples, paired differences over examples and over seeds, and ratios of geometric means (log-ratios).
+test examples, paired differences over examples and over seeds, ratios of geometric means (log-ratios), and the
+Student-t interval of a mean over seeds.
 
 Every bootstrap here resamples test examples with replacement, ``resamples`` times, and evaluates a statistic of the
 chosen indices. Which indices are drawn, and in which arithmetic the resampled values are reduced, is the
@@ -18,6 +19,7 @@ last bits, so one stream for both would change every archived number (a little);
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -185,3 +187,15 @@ def log_ratio(
         "high": math.exp(high),
         "mean_log_difference": float(stacked.mean()),
     }
+
+
+def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float]:
+    """The Student-t interval of the mean of ``values`` (``n - 1`` degrees of freedom): over seeds, where a bootstrap
+    over test examples covers test-set noise only. Needs two values or more, and scipy (a dev extra)."""
+    from scipy import stats as distributions
+
+    if len(values) < 2:
+        raise ValueError(f"a t interval needs two values or more, got {len(values)}")
+    mean, spread = statistics.mean(values), statistics.stdev(values)
+    half = distributions.t.ppf(0.5 + level / 2, len(values) - 1) * spread / math.sqrt(len(values))
+    return mean - half, mean + half

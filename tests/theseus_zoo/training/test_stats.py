@@ -113,3 +113,13 @@ def test_over_seeds_the_mean_is_the_mean_of_the_per_seed_differences():
     assert result["per_seed"] == pytest.approx({0: 0.1, 1: 0.25, 2: -0.05})
     assert result["mean"] == pytest.approx(0.1)
     assert result["low"] <= result["mean"] <= result["high"]
+
+
+def test_a_t_interval_over_seeds_is_centred_on_the_mean_and_wider_than_the_spread_for_three_seeds():
+    pytest.importorskip("scipy")
+    low, high = stats.t_interval([0.01, 0.03, 0.02])
+    assert (low + high) / 2 == pytest.approx(0.02)
+    assert (high - low) / 2 == pytest.approx(4.302653 * 0.01 / math.sqrt(3), rel=1e-6)  # t(0.975, 2) = 4.3027
+    assert stats.t_interval([0.5, 0.5, 0.5]) == (0.5, 0.5)
+    with pytest.raises(ValueError, match="two values or more"):
+        stats.t_interval([0.1])
