@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import shlex
 import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
-from scipy import stats
+from theseus_zoo.training import stats
 
 from .harness import environment, markdown_table, write_report
 
@@ -29,12 +28,8 @@ MINIMUM_SEEDS = 3
 
 
 def t_interval(values: list[float], level: float = 0.95) -> tuple[float, float] | None:
-    """The Student-t interval of the mean of ``values`` (``None`` for fewer than `MINIMUM_SEEDS`)."""
-    if len(values) < MINIMUM_SEEDS:
-        return None
-    mean, spread = statistics.mean(values), statistics.stdev(values)
-    half = stats.t.ppf(0.5 + level / 2, len(values) - 1) * spread / math.sqrt(len(values))
-    return mean - half, mean + half
+    """`stats.t_interval` of the mean of ``values``, or ``None`` for fewer than `MINIMUM_SEEDS`."""
+    return stats.t_interval(values, level) if len(values) >= MINIMUM_SEEDS else None
 
 
 def verdict(interval: tuple[float, float] | None, seeds: int) -> str:
