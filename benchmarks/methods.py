@@ -1,0 +1,234 @@
+"""Every method of one cell at its own best learning rate, chosen on dev, over seeds (issue 24).
+
+    python -m benchmarks.methods --runs runs/i24/gcn --name gcn-polblogs [--out benchmarks/results]
+
+Reads the finished runs ``<runs>/lr<LR>/seed<N>/report.json`` (each one `theseus compress --methods ...` run: every
+method of the cell on one seed's predecessor, data order and test examples; `benchmarks/configs/issue24-*.sh` makes
+them). For each method it picks the learning rate with the best mean dev metric over the seeds that every grid
+point has (the best dev state of the method's last stage, what the run kept), then reports at that rate: the test
+metric per seed, and against the best alternative (the non-Theseus method with the best mean dev) and every other
+method, Theseus-variant minus other per seed with the 95% t interval over seeds (`stats.t_interval`) beside the
+95% paired bootstrap over seeds and test examples (`stats.paired_difference_over_seeds`). Step-matched: every
+method trains the same number of optimizer steps (``+warmup`` spends part of them on blockwise distillation).
+Compute-matched: each method's measured wall-clock (its stages' ``seconds``, evaluations included, median over
+seeds) and its ratio to plain Theseus', so a reader sees what a tie in steps costs in time. Writes
+``<out>/methods-<name>.json`` / ``.md`` / ``.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from theseus_zoo.training import stats
+from theseus_zoo.training.results import Report
+
+from .harness import environment, markdown_table, write_report
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def stages_of(report: Report, model: str) -> list[str]:
+    """The checkpointed stages that trained ``model`` (`theseus_zoo.training.methods`): ``warmup`` / ``replacing``
+    for the run's Theseus, suffixed for a later variant, ``baseline:<name>`` for a baseline."""
+    if model.startswith("baseline:"):
+        return [model]
+    suffix = "" if model == "theseus" else f":{model}"
+    return [stage for stage in (f"warmup{suffix}", f"replacing{suffix}") if stage in report.phases]
+
+
+def best_dev(report: Report, model: str) -> float:
+    """The dev metric of the state the run kept for ``model``: the best of its last stage."""
+    return report.phases[stages_of(report, model)[-1]]["best_metric"]
+
+
+def method_name(report: Report, model: str) -> str:
+    """The method as the recipe named it: the run's ``theseus`` is its first Theseus variant."""
+    if model != "theseus":
+        return model.removeprefix("baseline:")
+    methods = report.recipe.get("methods") or ["theseus"]
+    return next(name for name in methods if name.split("+")[0] == "theseus")
+
+
+def collect(runs: Path) -> dict[str, dict[int, Report]]:
+    """``{lr: {seed: report}}`` of the finished runs under ``runs``."""
+    grid: dict[str, dict[int, Report]] = {}
+    for report_path in sorted(runs.glob("lr*/seed*/report.json")):
+        lr, seed = report_path.parent.parent.name.removeprefix("lr"), int(report_path.parent.name.removeprefix("seed"))
+        grid.setdefault(lr, {})[seed] = Report.load(report_path)
+    if not grid:
+        raise SystemExit(f"no finished runs under {runs} (lr*/seed*/report.json)")
+    return grid
+
+
+def summarize(grid: dict[str, dict[int, Report]]) -> dict[str, Any]:
+    """Per method: dev per learning rate, the chosen rate, test per seed there, seconds; and the comparisons."""
+    seeds = sorted(set.intersection(*(set(by_seed) for by_seed in grid.values())))
+    if not seeds:
+        raise SystemExit("no seed is finished at every learning rate of the grid yet")
+    first = grid[next(iter(grid))][seeds[0]]
+    models = [model for model in first.models if model != "predecessor"]
+    methods: dict[str, Any] = {}
+    for model in models:
+        dev = {lr: statistics.mean(best_dev(grid[lr][seed], model) for seed in seeds) for lr in grid}
+        chosen = max(dev, key=dev.get)
+        reports = {seed: grid[chosen][seed] for seed in seeds}
+        seconds = [sum(r.phases[s]["seconds"] for s in stages_of(r, model)) for r in reports.values()]
+        methods[model] = {
+            "method": method_name(first, model),
+            "dev_by_lr": dev,
+            "lr": chosen,
+            "test_per_seed": {seed: report.test(model) for seed, report in reports.items()},
+            "test_mean": statistics.mean(report.test(model) for report in reports.values()),
+            "median_seconds": statistics.median(seconds),
+        }
+    theseus_like = [model for model in models if not model.startswith("baseline:")]
+    alternatives = [model for model in models if model.startswith("baseline:")]
+    best_theseus = max(theseus_like, key=lambda model: max(methods[model]["dev_by_lr"].values()))
+    best_alternative = max(alternatives, key=lambda model: max(methods[model]["dev_by_lr"].values()))
+    reference_seconds = methods["theseus"]["median_seconds"] if "theseus" in methods else None
+    for entry in methods.values():
+        entry["seconds_ratio_to_theseus"] = entry["median_seconds"] / reference_seconds if reference_seconds else None
+    comparisons = {}
+    for variant in theseus_like:
+        for other in models:
+            if other == variant or (other in theseus_like and other != "theseus"):
+                continue
+            lrs = methods[variant]["lr"], methods[other]["lr"]
+            comparisons[f"{variant} − {other}"] = compare(grid, seeds, variant, lrs[0], other, lrs[1])
+    return {
+        "seeds": seeds,
+        "metric": first.metric,
+        "learning_rates": list(grid),
+        "methods": methods,
+        "best_theseus": best_theseus,
+        "best_alternative": best_alternative,
+        "headline": compare(
+            grid, seeds, best_theseus, methods[best_theseus]["lr"], best_alternative, methods[best_alternative]["lr"]
+        ),
+        "comparisons": comparisons,
+    }
+
+
+def compare(grid: dict[str, dict[int, Report]], seeds: list[int], a: str, lr_a: str, b: str, lr_b: str) -> dict:
+    """``a`` (at ``lr_a``) minus ``b`` (at ``lr_b``) in points, paired per seed (same predecessor, data order and
+    test examples): per seed, mean, 95% t interval over seeds, 95% bootstrap over seeds and test examples."""
+    per_seed = [100 * (grid[lr_a][seed].test(a) - grid[lr_b][seed].test(b)) for seed in seeds]
+    result: dict[str, Any] = {"per_seed": per_seed, "mean": statistics.mean(per_seed)}
+    if len(seeds) >= 2:
+        result["seed_interval"] = list(stats.t_interval(per_seed))
+    report = grid[lr_a][seeds[0]]
+    if report.test_labels is not None:
+        pairs = {seed: (grid[lr_a][seed].scorer(a), grid[lr_b][seed].scorer(b)) for seed in seeds}
+        over = stats.paired_difference_over_seeds(pairs, len(report.test_labels))
+        result["test_set_interval"] = [100 * over["low"], 100 * over["high"]]
+    return result
+
+
+def verdict(comparison: dict[str, Any], seeds: int) -> str:
+    if seeds < 3 or "seed_interval" not in comparison:
+        return {1: "one seed: no verdict", 2: "two seeds: no verdict"}.get(seeds, "no verdict")
+    low, high = comparison["seed_interval"]
+    return "ahead" if low > 0 else "behind" if high < 0 else "not distinguishable"
+
+
+def markdown(summary: dict[str, Any], name: str, command: str) -> str:
+    seeds, metric = summary["seeds"], summary["metric"]
+
+    def interval(pair: list[float] | None) -> str:
+        return f"[{pair[0]:+.2f}, {pair[1]:+.2f}]" if pair else "—"
+
+    method_rows = [
+        [
+            entry["method"],
+            ", ".join(f"{lr}: {value:.4f}" for lr, value in entry["dev_by_lr"].items()),
+            entry["lr"],
+            f"{entry['test_mean']:.4f}",
+            ", ".join(f"{value:.4f}" for value in entry["test_per_seed"].values()),
+            f"{entry['median_seconds']:.0f} s"
+            + (f" ({entry['seconds_ratio_to_theseus']:.2f}×)" if entry["seconds_ratio_to_theseus"] else ""),
+        ]
+        for entry in summary["methods"].values()
+    ]
+    comparison_rows = [
+        [
+            label,
+            ", ".join(f"{value:+.2f}" for value in comparison["per_seed"]),
+            f"{comparison['mean']:+.2f}",
+            interval(comparison.get("seed_interval")),
+            interval(comparison.get("test_set_interval")),
+            verdict(comparison, len(seeds)),
+        ]
+        for label, comparison in summary["comparisons"].items()
+    ]
+    headline = summary["headline"]
+    best, alternative = summary["methods"][summary["best_theseus"]], summary["methods"][summary["best_alternative"]]
+    return "\n".join(
+        [
+            f"# Every method at its own best learning rate: `{name}` ({len(seeds)} seed(s): {seeds})\n",
+            f"Mean dev {metric} per learning rate (best dev state of the method's last stage, mean over the seeds), "
+            f"the rate chosen on it, and the test {metric} there; wall-clock of the method's stages (median over "
+            "seeds, evaluations included; the machine was shared, so ratios within a run are what to read).\n",
+            markdown_table(
+                ["method", f"dev {metric} by lr", "chosen lr", f"test {metric} (mean)", "per seed", "wall-clock"],
+                method_rows,
+            ),
+            f"\nBest Theseus variant on dev: `{best['method']}` (lr {best['lr']}); best alternative on dev: "
+            f"`{alternative['method']}` (lr {alternative['lr']}). Difference in points: {headline['mean']:+.2f}, "
+            f"seed-level 95% interval {interval(headline.get('seed_interval'))}, over seeds and test examples "
+            f"{interval(headline.get('test_set_interval'))}: {verdict(headline, len(seeds))}.\n",
+            "Paired per seed, in points (each side at its own chosen rate; step-matched):\n",
+            markdown_table(
+                ["comparison", "per seed", "mean", "t interval over seeds", "bootstrap (seeds × test)", "verdict"],
+                comparison_rows,
+            ),
+            f"\nCommand: `{command}`.\n",
+        ]
+    )
+
+
+def plot(summary: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    entries = list(summary["methods"].values())
+    figure, axis = plt.subplots(figsize=(7, 3.6))
+    for index, entry in enumerate(entries):
+        values = list(entry["test_per_seed"].values())
+        axis.scatter([index] * len(values), values, color="tab:gray", s=12, zorder=2)
+        axis.bar(index, entry["test_mean"], color="tab:blue" if entry["method"].startswith("theseus") else "tab:orange")
+    axis.set_xticks(range(len(entries)), [f"{e['method']}\nlr {e['lr']}" for e in entries], fontsize=7)
+    low = min(min(e["test_per_seed"].values()) for e in entries)
+    axis.set_ylim(low - 0.02, None)
+    axis.set_ylabel(f"test {summary['metric']}")
+    axis.grid(alpha=0.3, axis="y")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=Path, required=True, help="lr<LR>/seed<N>/ run directories")
+    parser.add_argument("--name", required=True, help="the cell's name in the output files")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", args.name):
+        parser.error("--name: letters, digits, '.', '_' and '-' only")
+    summary = summarize(collect(args.runs))
+    command = "python -m benchmarks.methods " + shlex.join(sys.argv[1:] if argv is None else argv)
+    text = markdown(summary, args.name, command) + f"\n![methods](methods-{args.name}.png)\n"
+    write_report({"command": command, "environment": environment(), **summary}, args.out, f"methods-{args.name}", text)
+    plot(summary, args.out / f"methods-{args.name}.png")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

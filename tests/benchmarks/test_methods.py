@@ -1,0 +1,57 @@
+"""`benchmarks.methods`: each method at the rate its dev metric chose, paired per seed against the others."""
+
+import json
+
+import pytest
+
+from benchmarks import methods
+
+
+def write_run(root, lr, seed, dev, test):
+    """A finished run of methods theseus+warmup, kd with the given dev / test metrics per model."""
+    out = root / f"lr{lr}" / f"seed{seed}"
+    out.mkdir(parents=True)
+    report = {
+        "recipe": {"methods": ["theseus+warmup", "kd"]},
+        "metric": "accuracy",
+        "models": {name: {"test": {"accuracy": value}} for name, value in test.items()},
+        "speedup": 1.0,
+        "phases": {
+            "warmup": {"best_metric": 0.0, "seconds": 1.0},
+            "replacing": {"best_metric": dev["theseus"], "seconds": 3.0},
+            "baseline:kd": {"best_metric": dev["baseline:kd"], "seconds": 6.0},
+        },
+    }
+    (out / "report.json").write_text(json.dumps(report))
+
+
+def test_each_method_takes_the_rate_its_dev_metric_chose_and_pairs_per_seed(tmp_path):
+    for seed in range(3):
+        # Theseus is best on dev at 1e-3, KD at 1e-2; tests differ so a wrong choice shows.
+        write_run(
+            tmp_path,
+            "1e-3",
+            seed,
+            {"theseus": 0.9, "baseline:kd": 0.5},
+            {"theseus": 0.80 + seed / 100, "baseline:kd": 0.10, "predecessor": 0.9},
+        )
+        write_run(
+            tmp_path,
+            "1e-2",
+            seed,
+            {"theseus": 0.1, "baseline:kd": 0.8},
+            {"theseus": 0.20, "baseline:kd": 0.70 + seed / 100, "predecessor": 0.9},
+        )
+    summary = methods.summarize(methods.collect(tmp_path))
+    theseus, kd = summary["methods"]["theseus"], summary["methods"]["baseline:kd"]
+    assert (theseus["method"], theseus["lr"], kd["method"], kd["lr"]) == ("theseus+warmup", "1e-3", "kd", "1e-2")
+    assert theseus["median_seconds"] == 4.0 and kd["seconds_ratio_to_theseus"] == pytest.approx(1.5)
+    headline = summary["headline"]
+    assert headline["per_seed"] == pytest.approx([10.0, 10.0, 10.0]) and headline["mean"] == pytest.approx(10.0)
+    assert headline["seed_interval"] == pytest.approx([10.0, 10.0]) and methods.verdict(headline, 3) == "ahead"
+    assert methods.verdict({"per_seed": [1.0], "mean": 1.0}, 1) == "one seed: no verdict"
+
+
+def test_no_finished_run_is_one_line(tmp_path):
+    with pytest.raises(SystemExit, match="no finished runs"):
+        methods.collect(tmp_path)
