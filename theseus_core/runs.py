@@ -145,7 +145,7 @@ class _ModuleState:
                     trace.rebuilt.append(f"{kind} {key!r} of {where} ({type(module).__name__})")
         for key, saved in self.values.items():
             tensor = module._parameters.get(key, module._buffers.get(key))
-            if tensor is not None and (tensor.shape != saved.shape or difference(tensor, saved) is not None):
+            if tensor is not None and _changed(tensor, saved):
                 trace.written.append((module, key))
 
     def restore(self) -> None:
@@ -166,8 +166,15 @@ class _ModuleState:
         with torch.no_grad():
             for key, saved in self.values.items():
                 tensor = self.parameters.get(key, self.buffers.get(key))
-                if tensor is not None and tensor.shape == saved.shape and difference(tensor, saved) is not None:
+                if tensor is not None and tensor.shape == saved.shape and _changed(tensor, saved):
                     tensor.copy_(saved)
+
+
+def _changed(tensor: torch.Tensor, saved: torch.Tensor) -> bool:
+    """Whether a tensor's values differ from a saved copy (one pass when equal; NaN equals NaN)."""
+    if tensor.shape != saved.shape or tensor.dtype != saved.dtype:
+        return True
+    return not torch.equal(tensor, saved) and difference(tensor, saved) is not None
 
 
 @contextmanager
