@@ -18,8 +18,10 @@ from torch import nn
 
 
 def environment() -> dict[str, Any]:
-    """What the numbers came from."""
+    """What the numbers came from: the code (``commit``, the git commit of this checkout, with ``+changes`` when its
+    tracked files differ from it), the libraries and the machine."""
     info = {
+        "commit": source_commit(),
         "torch": torch.__version__,
         "python": platform.python_version(),
         "machine": platform.machine(),
@@ -32,6 +34,22 @@ def environment() -> dict[str, Any]:
         info["device"] = torch.cuda.get_device_name()
         info["cuda"] = torch.version.cuda
     return info
+
+
+def source_commit() -> str:
+    """``git rev-parse HEAD`` of the checkout the benchmarks run from, ``+changes`` appended when tracked files differ
+    from it; ``"unknown"`` outside a git checkout."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--"], cwd=root).returncode != 0
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return commit + ("+changes" if dirty else "")
 
 
 def _cpu_model() -> str:
