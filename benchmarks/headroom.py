@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from theseus_zoo.training.results import CompressProcess, Report, ensure_run
+from theseus_zoo.training.results import REPORT, CompressProcess, Report, ensure_run
 from theseus_zoo.training.run_directory import CHECKPOINT
 
 from .harness import environment, markdown_table, write_report
@@ -117,7 +117,7 @@ def write_results(args: argparse.Namespace, overrides: dict[str, Any], start: fl
         f"{labels}-{layers}l": Report.load(args.runs / f"{labels}-{layers}l").to_dict()
         for labels in args.labels
         for layers in args.layers
-        if (args.runs / f"{labels}-{layers}l" / "report.json").exists()
+        if (args.runs / f"{labels}-{layers}l" / REPORT).exists()
     }
     cells = {name: cell(report) for name, report in reports.items()}
     command = "python -m benchmarks.headroom " + shlex.join(sys.argv[1:])

@@ -79,7 +79,7 @@ def architectures(runs: dict[Path, dict[str, Any]]) -> dict[str, nn.Module]:
     for run, report in runs.items():
         options = report["recipe"]["options"]
         block, layers = images.ARCHITECTURES[options.get("architecture", "resnet34")]
-        for name in report["models"]:
+        for name in Report.from_dict(report).models:
             label = model_label(report["recipe"], name)
             if label in models:
                 continue
@@ -175,18 +175,19 @@ def main(argv: list[str] | None = None) -> None:
     latency_batch = torch.randn(images.LATENCY_BATCH, 3, 28, 28)
     measured = speedups(models, latency_batch)
     summary: dict[str, Any] = {"metric": metric, "models": {}, "comparisons": {}}
-    for label in first["models"]:
-        values = [report["models"][label]["test"][metric] for report in merged.values()]
+    typed = [Report.from_dict(report) for report in merged.values()]
+    for label in typed[0].models:
+        values = [report.test(label) for report in typed]
         summary["models"][label] = {
             "median": statistics.median(values),
             "min": min(values),
             "max": max(values),
             "per_seed": values,
-            "parameters": first["models"][label]["parameters"],
+            "parameters": typed[0].models[label].parameters,
             "multiply_adds": multiply_adds(models[label], one_image),
             "speedup": measured[label],
         }
-    labels = list(first["models"])
+    labels = list(typed[0].models)
     for index, label in enumerate(labels):  # each Theseus model against every other model, each pair once
         if not label.startswith("theseus"):
             continue

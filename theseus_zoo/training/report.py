@@ -20,7 +20,7 @@ from ..tasks import Task
 from ..tasks.protocols import refinement, scores_examples
 from . import stats
 from .methods import to_device
-from .results import ModelResult, Report
+from .results import REPORT, ModelResult, Report
 from .timing import interleaved_seconds, median_ratio
 
 if TYPE_CHECKING:
@@ -170,7 +170,7 @@ def write_report(session: Session, models: dict[str, nn.Module], compact: nn.Mod
     report.phases = {
         k: {kk: v for kk, v in d.items() if kk not in ("weights", "rng")} for k, d in session.state["done"].items()
     }
-    report.save(out / "report.json")
+    report.save(out / REPORT)
     (out / "report.md").write_text(markdown_report(report))
     plot_curves(out / "metrics.jsonl", out / "curves.png", task.metric)
     return report.to_dict()
