@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch 2.14.1 / torchvision 0.29.1 lie on this machine's disk; pip takes them from there.
 TORCH := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: install test lint format demo bench clean
+.PHONY: install test lint format demo bench bench-deploy clean
 
 install: $(VENV)/.installed
 
@@ -43,6 +43,24 @@ bench: install
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	$(BIN)/theseus fetch all-minilm-l6-v2
 	$(BIN)/python -m benchmarks.run
+
+# Opt-in, not part of `make test`: integer kernels and ONNX Runtime (benchmarks/deploy.py), then llama.cpp. llama.cpp is
+# built once, on one core (many CPU minutes), from the llama-cpp-python source distribution, which also ships the
+# convert_hf_to_gguf.py that turns SmolLM2 into GGUF (benchmarks/deploy_llama.py). RUN_DIR=runs/<a causal_lm run>
+# compares its compressed model; without it, an untrained 15-layer truncation checks the pipeline.
+LLAMA_CPP := llama-cpp-python==0.3.36
+DEPLOY := build/deploy
+bench-deploy: install
+	mkdir -p $(DEPLOY)
+	ls $(DEPLOY)/llama_cpp_python-*.tar.gz >/dev/null 2>&1 || \
+		$(BIN)/pip download --quiet --no-deps --no-binary :all: $(LLAMA_CPP) -d $(DEPLOY)
+	$(BIN)/python -c "import llama_cpp" 2>/dev/null || CMAKE_BUILD_PARALLEL_LEVEL=1 \
+		CMAKE_ARGS="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF" \
+		$(BIN)/pip install $(DEPLOY)/llama_cpp_python-*.tar.gz
+	$(BIN)/theseus fetch all-minilm-l6-v2 smollm2-135m-instruct bbc-news
+	$(BIN)/python -m benchmarks.deploy
+	$(BIN)/python -m benchmarks.deploy_llama --sdist $$(ls $(DEPLOY)/llama_cpp_python-*.tar.gz) \
+		$(if $(RUN_DIR),--run-dir $(RUN_DIR))
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
