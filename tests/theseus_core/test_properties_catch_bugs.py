@@ -14,6 +14,7 @@ import theseus_core as th
 import theseus_core.engine as engine
 import theseus_core.prepare as prepare
 import theseus_core.schedule as schedule
+import theseus_core.verify as verify_module
 from theseus_core.site import Router
 from theseus_core.testing import ToyConvNet, ToyStack, assert_replacement_equivalence
 
@@ -90,6 +91,17 @@ original_init = Router.__init__
 original_load = engine.Theseus.load_state_dict
 original_build = prepare._build_successor
 original_prepare = engine.prepare
+original_verify = engine.verify
+original_batches = engine.example_batches
+
+
+def verify_training_mode_only(run, sites, groups, reference):
+    training = verify_module.Reference([entry for entry in reference.runs if entry[1]])
+    return original_verify(run, sites, groups, training)
+
+
+def the_users_batches_only(example_inputs, example_kwargs, specs):
+    return original_batches(example_inputs, example_kwargs, list(specs))  # a list has no more_examples
 
 
 def assert_equivalence_on_toys():
@@ -164,6 +176,14 @@ BUGS = {
     "replace_ accepts without verifying": (
         (engine, "verify", lambda *args: None),
         [test_verify.test_a_container_that_does_more_than_call_its_layers_is_refused_and_left_untouched],
+    ),
+    "verification in training mode only": (
+        (engine, "verify", verify_training_mode_only),
+        [test_verify.test_eval_mode_is_verified_as_well_as_training_mode],
+    ),
+    "the plan's own example batches ignored": (
+        (engine, "example_batches", the_users_batches_only),
+        [test_verify.test_a_plan_adds_batches_of_its_own],
     ),
 }
 
