@@ -5,12 +5,12 @@ A method (`Method`) turns the fine-tuned predecessor into a `Trainee`: the model
 (each a checkpointed phase of the run, e.g. ``"replacing"`` or ``"baseline:kd"``), and the compact model once the
 stages' best weights are in (`Trainee.finish`). A stage's `Objective` (the parameter groups, the loss, and for
 Theseus the handle and its schedule) is built only when the stage trains, so a resumed run that finds a stage done
-copies no teacher. `methods_of` lists a recipe's methods; `build_method` makes one by name: ``theseus`` (the
-paper's, with the recipe's extensions: ``kd_weight``, ``consistency_weight``, ``unfreeze_at_one``) and the
-baselines of `theseus_zoo.recipes.BASELINES`.
+copies no teacher. `methods_of` lists a recipe's methods (`Recipe.method_names`): `Theseus` (the paper's, with
+the recipe's extensions ``kd_weight``, ``consistency_weight``, ``unfreeze_at_one``, and the modifiers ``+kd``,
+``+unfreeze``, ``+warmup``) and the `Baseline`\ s of `theseus_zoo.recipes.BASELINES`.
 
-These are the seam `theseus compress`, `benchmarks.step_cost` and new methods share: a benchmark times exactly the
-step a run trains (`train_step` in `theseus_zoo.training.loop`).
+These are the seam `theseus compress`, `benchmarks.step_cost` and new methods share: a benchmark builds exactly the
+model, parameters and loss a run trains, and `theseus_zoo.training.loop.optimizer_for` its optimizer.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ class Trainee:
 
     model: nn.Module
     stages: list[Stage]
-    finish: Callable[[], nn.Module] = field(default=lambda: None)  # type: ignore[assignment]
+    finish: Callable[[], nn.Module]
 
 
 @dataclass
