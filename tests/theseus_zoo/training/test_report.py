@@ -86,3 +86,21 @@ def test_the_verdict_follows_the_interval_not_the_point_estimate(low, high, verd
     text = markdown_report(report)
     assert f"- Theseus is {verdict} baseline:kd: +0.0050" in text
     assert "2.00 MB on disk (2.0× less" in text
+
+
+def test_the_markdown_is_the_same_from_a_typed_report_and_from_its_json():
+    from theseus_zoo.training.results import Report
+
+    model = {"test": {"accuracy": 0.8}, "parameters": 10, "size_on_disk_bytes": 4e6, "retention_percent": 100.0}
+    data = {
+        "recipe": {"name": "r", "description": "d"},
+        "metric": "accuracy",
+        "models": {
+            "predecessor": {**model, "test_standard_error": 0.02},
+            "theseus": {**model, "test_standard_error": 0.01},
+        },
+        "speedup": 2.0,
+        "phases": {},
+    }
+    assert markdown_report(Report.from_dict(data)) == markdown_report(data)
+    assert "predecessor ±0.0200, theseus ±0.0100" in markdown_report(data)
