@@ -91,6 +91,13 @@ def test_one_stage_of_several_updates_its_entry_of_depths(tmp_path):
     assert (compact.config.num_encoder_blocks, compact.config.depths) == (2, [1, 2])
 
 
+def test_a_stage_whose_length_no_config_list_holds_is_refused_before_any_change():
+    options = dict(num_encoder_blocks=2, depths=[2, 2], sr_ratios=[2, 1], hidden_sizes=[16, 32], patch_sizes=[7, 3])
+    model = build("SegformerConfig", "SegformerModel", **options, strides=[4, 2], num_attention_heads=[1, 2])
+    model.config.depths = [3, 3]  # no entry says 2: the count that finalize would write is unknown
+    refused(model, lambda m: hf.plan(m, 1, stack="stages.0.blocks"), ValueError, r"one stage of several .* \(depths\)")
+
+
 GEMMA2 = dict(vocab_size=64, hidden_size=16, num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1)
 GEMMA2 |= dict(head_dim=8, intermediate_size=32, sliding_window=4, max_position_embeddings=64)
 

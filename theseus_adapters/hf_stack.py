@@ -144,6 +144,12 @@ def layer_stack(model: nn.Module, stack: str | None = None, *, shortened: bool =
             f"theseus_adapters.hf does not support it"
         )
     staged = layout.find_stage(model, path, stack_config, len(layers), shortened)
+    if staged is None and any(part.isdigit() for part in path.split(".")):
+        raise ValueError(
+            f"{path!r} is one stage of several in {type(model).__name__}, and no per-stage list of its config "
+            f"(depths) holds its length {len(layers)}, so finalize could not say how many layers the stage has; "
+            f"write ModuleSpecs with th.plan and keep the config in step yourself"
+        )
     count_name = (
         staged[0]
         if staged
