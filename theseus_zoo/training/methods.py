@@ -7,7 +7,7 @@ stages' best weights are in (`Trainee.finish`). A stage's `Objective` (the param
 Theseus the handle and its schedule) is built only when the stage trains, so a resumed run that finds a stage done
 copies no teacher. `methods_of` lists a recipe's methods (`Recipe.method_names`): `Theseus` (the paper's, with
 the recipe's extensions ``kd_weight``, ``consistency_weight``, ``unfreeze_at_one``, and the modifiers ``+kd``,
-``+unfreeze``, ``+warmup``) and the `Baseline`\ s of `theseus_zoo.recipes.BASELINES`.
+``+unfreeze``, ``+warmup``) and a `Baseline` for each of `theseus_zoo.recipes.BASELINES`.
 
 These are the seam `theseus compress`, `benchmarks.step_cost` and new methods share: a benchmark builds exactly the
 model, parameters and loss a run trains, and `theseus_zoo.training.loop.optimizer_for` its optimizer.
