@@ -57,6 +57,7 @@ bench-deploy: install
 	$(BIN)/python -c "import llama_cpp" 2>/dev/null || CMAKE_BUILD_PARALLEL_LEVEL=1 \
 		CMAKE_ARGS="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF" \
 		$(BIN)/pip install $(DEPLOY)/llama_cpp_python-*.tar.gz
+	$(BIN)/pip install --quiet sentencepiece  # convert_hf_to_gguf.py tries it first for Llama vocabularies
 	$(BIN)/theseus fetch all-minilm-l6-v2 smollm2-135m-instruct bbc-news
 	$(BIN)/python -m benchmarks.deploy
 	$(BIN)/python -m benchmarks.deploy_llama --sdist $$(ls $(DEPLOY)/llama_cpp_python-*.tar.gz) \

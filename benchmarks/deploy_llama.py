@@ -60,12 +60,13 @@ def converter(sdist: Path, scratch: Path) -> Path:
 def convert(script: Path, folder: Path, out: Path) -> tuple[Path, float]:
     """``folder`` (a transformers checkpoint) as an f16 GGUF file; seconds it took."""
     start = time.perf_counter()
-    subprocess.run(
+    done = subprocess.run(
         [sys.executable, str(script), str(folder), "--outtype", "f16", "--outfile", str(out)],
-        check=True,
         capture_output=True,
         text=True,
     )
+    if done.returncode != 0:
+        raise RuntimeError(f"{script.name} failed on {folder}:\n{done.stderr[-3000:]}")
     return out, time.perf_counter() - start
 
 
