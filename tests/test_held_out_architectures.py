@@ -163,9 +163,13 @@ def test_boundary_widths_follow_the_weight_layout_not_attribute_names():
     torch.manual_seed(0)
     model = nn.Sequential(*(ConvNormAct(8, 8, 3) for _ in range(4)))
     spec = th.ModuleSpec("[0:2]", lambda group: ConvNormAct(8, 4, 3), out_proj="linear")
-    assert_replacement_equivalence(model, [spec], (torch.randn(2, 8, 6, 6),))
+    inputs = {"example_inputs": (torch.randn(2, 8, 6, 6),)}
+    assert_replacement_equivalence(model, [spec], inputs["example_inputs"])
     theseus = th.replace_(model, [spec])
     assert isinstance(theseus.sites[0].successor.out_proj, nn.Conv2d)
+    theseus.restore()
+    narrower = th.ModuleSpec("[0:2]", lambda group: ConvNormAct(8, 4, 3))  # a channel mismatch, not a spatial one
+    refused(model, lambda m: [narrower], ValueError, r"fix the successor or add out_proj='linear'", **inputs)
 
 
 # ---------------------------------------------------------------- refused for the true reason, or planned
