@@ -1,42 +1,7 @@
 """The BERT family: sequence classification and regression with Hugging Face encoders.
 
-Family ``"bert"``. Its options (all optional):
-
-- ``model``: an asset name (``"all-minilm-l6-v2"``), a local folder, or a hub id for
-  ``from_pretrained``; a classification head of the dataset's size is put on top.
-  (default: ``"all-minilm-l6-v2"``)
-- ``dataset``: ``"rotten-tomatoes"`` (the asset, `theseus_zoo.data.rotten_tomatoes`), ``"bbc-news"``
-  (five topics, `theseus_zoo.data.bbc_news`), ``"glue/<task>"`` (``"glue/sst2"``, ``"glue/mnli"``, ...;
-  ``data_dir``: a local GLUE copy, default the hub), or the path of the user's own data: a
-  ``.csv``, ``.tsv`` or ``.jsonl`` file or a `datasets` ``save_to_disk`` folder with the columns
-  ``text_column`` (default ``"text"``), optionally ``text_pair_column``, and ``label_column``
-  (default ``"label"``), and optionally ``split`` (`theseus_zoo.data.tables`).
-- ``labels``: what the labels are. Rotten Tomatoes: ``"binary"`` (the default), ``"five"`` valence quintiles or
-  ``"regression"`` on the valence. The user's own data: ``"classes"`` or ``"regression"`` (``"binary"``: classes,
-  exactly two); left out (``null``), it is inferred from the file only when that leaves no doubt, and the inference
-  is printed (`theseus_zoo.data.tables`). BBC News and GLUE have their own (leave it out).
-- ``missing_labels``: the user's own rows with no label (empty, ``NaN``, ``NA``, ``null``): ``"refuse"`` them, the
-  error naming the rows, or ``"drop"`` them, counted. (default: ``"refuse"``)
-- ``split_seed``, ``dev_fraction``, ``test_fraction``: the fixed stratified split of the datasets
-  that have none of their own (default: 0, 0.1, 0.1).
-- ``num_layers``, ``init``, ``group_sizes``: as in `theseus_adapters.hf.plan`.
-- ``heads``, ``intermediate_size``: slim successors (`theseus_adapters.hf.plan`): fewer attention heads and/or a
-  narrower FFN at the same hidden size, pruned from the layer each starts from by weight magnitude; the
-  ``truncated`` and ``kd`` baselines are pruned the same way and ``scratch`` has the same shape. (default: the
-  predecessor's)
-- ``quantize``: quantized successors (BinaryBERT, `theseus_quant`): ``"ternary"`` (2-bit TWN weights) or
-  ``"binary"`` (1-bit BWN weights) copies of the layers, inputs of every Linear and the attention's Q, K, V and
-  probabilities at ``activation_bits``, and the word embeddings (per row) as one more group; position and
-  token-type embeddings, LayerNorm, biases, pooler and classifier stay in full precision. ``num_layers`` may then
-  equal the predecessor's depth (quantize only). The ``truncated`` and ``kd`` baselines start from the same
-  quantized copy of the predecessor, ``scratch`` from a quantized random one. With ``"ternary"``, a recipe's
-  ``refine`` phase splits each ternary layer into two binary halves (ternary weight splitting) and the ``direct``
-  baseline binarizes the predecessor's weights directly. The export is packed (`theseus_quant.save_packed`,
-  `load_exported` rebuilds it). (default: ``None``, full precision)
-- ``activation_bits``: with ``quantize``, 8 (uniform, learnable clip) or 4 (LSQ). (default: 8)
-- ``max_length``: tokens per example (default: the GLUE task's, 128 or 256; 128 for Rotten Tomatoes);
-  batches are padded to their longest example only (dynamic padding).
-- ``eval_batch_size``: examples per evaluation forward (default: 128).
+Family ``"bert"``; its options (all optional) are `theseus_zoo.tasks.text_options.TextOptions`, each described
+there.
 
 Metrics: accuracy for classes; ``score``, the mean of Pearson and Spearman as for STS-B, for
 regression. GLUE's test labels are hidden, so, as in the paper, ``dev`` (early stopping) is the
@@ -47,9 +12,8 @@ mean of matched and mismatched).
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -58,44 +22,14 @@ from torch import nn
 import theseus_core as th
 
 from .options import parse_options
+from .text_data import TextData
+from .text_options import DATASETS, OWN_LABELS, ROTTEN_TOMATOES_LABELS, WEIGHT_BITS, TextOptions
 
-DEFAULT_MODEL = "all-minilm-l6-v2"
-WEIGHT_BITS = {"ternary": 2, "binary": 1}
-"""Weight bits of each ``quantize`` option."""
 PACKED, QUANTIZATION = "model.packed.safetensors", "quantization.json"
 """The files of a quantized export besides the config and tokenizer: packed weights, and which layer is what."""
-DATASETS = ("rotten-tomatoes", "bbc-news", "glue/<task>", "a .csv/.tsv/.jsonl file or a save_to_disk folder")
-ROTTEN_TOMATOES_LABELS = ("binary", "five", "regression")
-OWN_LABELS = ("classes", "regression")
 
 
-@dataclass(frozen=True)
-class TextOptions:
-    """The bert family's options (the module docstring says what each means)."""
-
-    model: str = DEFAULT_MODEL
-    dataset: str = "rotten-tomatoes"
-    data_dir: str | None = None
-    labels: Literal["binary", "five", "regression", "classes"] | None = None
-    missing_labels: Literal["refuse", "drop"] = "refuse"
-    text_column: str = "text"
-    text_pair_column: str | None = None
-    label_column: str = "label"
-    split_seed: int = field(default=0, metadata={"min": 0})
-    dev_fraction: float = field(default=0.1, metadata={"above": 0})
-    test_fraction: float = field(default=0.1, metadata={"above": 0})
-    num_layers: int = field(default=3, metadata={"min": 1})
-    init: str | tuple[int, ...] = "first"
-    group_sizes: tuple[int, ...] | None = None
-    heads: int | None = field(default=None, metadata={"min": 1})
-    intermediate_size: int | None = field(default=None, metadata={"min": 1})
-    quantize: Literal["ternary", "binary"] | None = None
-    activation_bits: Literal[8, 4] = 8
-    max_length: int | None = field(default=None, metadata={"min": 1})
-    eval_batch_size: int = field(default=128, metadata={"min": 1})
-
-
-class TextClassificationTask:
+class TextClassificationTask(TextData):
     """`Task` for transformers sequence classifiers (BERT, RoBERTa, MiniLM, MPNet); options in `TextOptions` and
     the module doc."""
 
@@ -211,58 +145,6 @@ class TextClassificationTask:
         """Whether `predictions` and `score` serve this dataset (not GLUE, whose test score may span two splits)."""
         return self.glue is None
 
-    def _load_table(self) -> Any:
-        if self._table is None:
-            from ..data.tables import load_table
-
-            self._table = load_table(
-                self.dataset_name,
-                text_column=self.text_column,
-                text_pair_column=self.text_pair_column,
-                label_column=self.label_column,
-                labels="classes" if self.label_kind == "binary" else self.label_kind,
-                missing=self.missing_labels,
-                **self.split,
-            )
-            names = self._table.label_names or ()
-            if self.label_kind == "binary" and len(names) != 2:
-                raise ValueError(
-                    f"labels='binary' asks for two classes; {self.dataset_name} has {len(names)} "
-                    f"({', '.join(names[:10])}): set labels to 'classes'"
-                )
-        return self._table
-
-    @property
-    def label_names(self) -> tuple[str, ...] | None:
-        """The class names in label order (``id2label`` of the exported config); ``None`` for regression."""
-        if self.glue is not None:
-            return self.glue.label_names or None
-        if self.dataset_name == "rotten-tomatoes":
-            from ..data.rotten_tomatoes import FIVE_LABEL_NAMES, LABEL_NAMES
-
-            return {"binary": LABEL_NAMES, "five": FIVE_LABEL_NAMES, "regression": None}[self.label_kind]
-        if self.dataset_name == "bbc-news":
-            from ..data.bbc_news import TOPICS
-
-            return TOPICS
-        return self._load_table().label_names
-
-    def describe_data(self) -> str | None:
-        """For the user's own data, what was read: the file, its columns, classes and split (and the rows dropped);
-        ``None`` for the built-in datasets, which their recipes describe."""
-        if self.glue is not None or self.dataset_name in ("rotten-tomatoes", "bbc-news"):
-            return None
-        return self._load_table().description
-
-    def label_inference(self) -> str | None:
-        """What was inferred about the user's labels (``labels`` left out), as a line to print; else ``None``."""
-        if self.glue is not None or self.dataset_name in ("rotten-tomatoes", "bbc-news"):
-            return None
-        table = self._load_table()
-        if table.inference is None:
-            return None
-        return f"{Path(self.dataset_name).name}: labels: {table.inference}"
-
     def config(self) -> Any:
         """The checkpoint's config with a head for this dataset (one fine-tuned on another task has another)."""
         from transformers import AutoConfig
@@ -310,29 +192,6 @@ class TextClassificationTask:
             if bars:
                 logging.enable_progress_bar()
         return model
-
-    def _splits(self) -> dict[str, Any]:
-        """``{name: datasets.Dataset}``: ``train``, ``validation`` and ``test`` for Rotten Tomatoes; ``train`` and
-        the task's dev splits for GLUE (`_split_name` maps the trainer's split names onto these)."""
-        if self.dataset_name == "rotten-tomatoes":
-            from ..data.rotten_tomatoes import load_rotten_tomatoes
-
-            return dict(load_rotten_tomatoes(labels=self.label_kind, **self.split))
-        if self.dataset_name == "bbc-news":
-            from ..data.bbc_news import load_bbc_news
-
-            return dict(load_bbc_news(**self.split))
-        if self.glue is None:
-            return dict(self._load_table().splits)
-        from ..data.glue import load_glue
-
-        return dict(load_glue(self.glue, self.data_dir))
-
-    def _split_name(self, split: str) -> str:
-        """``"dev"`` is the (first) validation split; GLUE's ``"test"`` is its first dev split too (hidden labels)."""
-        if split == "dev" or (split == "test" and self.glue is not None):
-            return self.glue.dev_splits[0] if self.glue is not None else "validation"
-        return split
 
     def examples(self) -> dict[str, list[dict[str, Any]]]:
         """Every split tokenized once (lists of token ids and the label)."""
