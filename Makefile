@@ -32,7 +32,7 @@ test: install lint
 # minilm-rt-five-1l-demo); Theseus against truncated fine-tuning and KD, report.md and curves.png.
 DEMO := minilm-rt-five-1l-demo
 demo: install
-	@echo "make demo: about 10 minutes on 2 idle cores (fetch 85 MB, fine-tune MiniLM, compress it 3 ways, report)"
+	@echo "make demo: 15 minutes at most on 2 idle cores (fetch 85 MB, fine-tune MiniLM, compress it 3 ways, report)"
 	$(BIN)/theseus fetch all-minilm-l6-v2 rotten-tomatoes
 	rm -rf runs/$(DEMO)
 	$(BIN)/theseus compress --recipe $(DEMO) --out runs/$(DEMO)
