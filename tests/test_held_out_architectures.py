@@ -195,6 +195,12 @@ def test_t5_first_layer_with_the_relative_attention_table_is_its_own_group(tmp_p
     exact_after_reload(model, plan, {"input_ids": tokens(6)}, tmp_path)
 
 
+def test_layers_that_alternate_kinds_may_still_keep_one_layer_a_group():
+    model = build("Gemma2Config", "Gemma2Model", **GEMMA2)  # a successor of another kind (quantized) keeps the depth
+    plan = hf.plan(model, 4, successor=th.copy_module(0))
+    assert [spec.path for spec in plan] == [f"layers[{i}:{i + 1}]" for i in range(4)]
+
+
 @pytest.mark.parametrize(
     ("make", "kwargs", "message"),
     [

@@ -87,7 +87,9 @@ def kind_group_sizes(
     if len(runs) == 1:
         return None
     described = describe_runs(kinds, runs)
-    if all(stop - start == 1 for start, stop in runs):
+    if group_sizes is None and num_layers >= len(kinds):  # one layer a group (a successor of another kind)
+        return [1] * len(kinds)
+    if group_sizes is None and all(stop - start == 1 for start, stop in runs):
         raise ValueError(
             f"the layers of {path!r} change kind from each layer to the next: {described}. A group of consecutive "
             f"layers would mix kinds (a site calls every layer of its group as the model calls the first), so "
