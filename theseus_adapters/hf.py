@@ -151,8 +151,9 @@ def plan(
             (each group's first layer), ``"group_last"`` (each group's last layer),
             ``"last"`` (the top layers), or a list of ``num_layers`` indices.
             Ignored with ``hidden_size``. (default: ``"first"``)
-        group_sizes: Layers per group, summing to ``n``. (default: as even as
-            possible, larger groups first)
+        group_sizes: Layers per group, summing to ``n``, each group within a run of one layer kind. (default: as
+            even as possible, larger groups first; where the layers are of several kinds, ``num_layers`` spread
+            over the runs of one kind in proportion to their length, `theseus_adapters.hf_layout`)
         hidden_size: Make the successors narrower: fresh layers of this width
             (same head count and ``head_dim`` where the config sets one, intermediate
             size scaled alike) behind learned ``Linear`` projections at each group
@@ -182,12 +183,15 @@ def plan(
     Returns:
         A `theseus_core.Plan` whose finalize hook is `sync_config`: with slim successors it also writes
         their ``num_attention_heads`` / ``intermediate_size`` into the config, so the export reloads in
-        plain transformers.
+        plain transformers. Its ``more_examples`` repeats the user's example tokens past any window the config
+        names (`hf_layout.window_length`), so that ``replace_`` verifies on a batch that a window changes.
 
     Raises:
         ValueError: Unsupported model (the reason is in the message, see `layer_stack`),
-            ``num_layers`` out of range, bad ``init`` or ``group_sizes``, or groups that mix
-            per-layer config entries; nothing is changed.
+            ``num_layers`` out of range or below the number of runs of one layer kind, layers whose kind changes
+            from each to the next, bad ``init`` or ``group_sizes``, groups that mix kinds or per-layer config
+            entries, a successor copied from a layer of another kind, or a backbone output inside a group;
+            nothing is changed.
     """
     found = layer_stack(model, stack)
     config = found.config(model)
