@@ -103,9 +103,9 @@ def _settings(args: argparse.Namespace) -> None:
 
 def _own_data(recipe: Recipe, overrides_description: bool) -> Recipe:
     """A recipe run on the user's own data says so: its description (the report's second line) becomes what was
-    read (file, columns, classes, split), and what was inferred about the labels is printed. A recipe on its own
-    dataset, one whose description the config sets, and a file that fails to load (the run's check then names the
-    problem, once) are left as they are."""
+    read (file, columns, classes, split, rows dropped), printed with what was inferred about the labels. A recipe
+    on its own dataset, one whose description the config sets, and a file that fails to load (the run's check then
+    names the problem, once) are left as they are."""
     if recipe.family != "bert" or overrides_description:
         return recipe
     from .tasks import build_task
@@ -118,8 +118,10 @@ def _own_data(recipe: Recipe, overrides_description: bool) -> Recipe:
         return recipe
     if description is None:
         return recipe
-    if inference is not None and int(os.environ.get("RANK", "0")) == 0:
-        print(f"theseus: {inference}", flush=True)
+    if int(os.environ.get("RANK", "0")) == 0:  # once under torchrun
+        print(f"theseus: your data: {description}", flush=True)  # rows dropped for a missing label counted there
+        if inference is not None:
+            print(f"theseus: {inference}", flush=True)
     return recipe.with_overrides({"description": f"Recipe {recipe.name} on the user's data. {description}"})
 
 

@@ -250,6 +250,7 @@ def test_own_data_from_excel_trains_and_its_export_and_report_carry_the_class_na
     assert compress(tmp_path, options, baselines=()) == 0
     out = capsys.readouterr().out
     assert "theseus: reviews.csv: labels: classes (every label is a class name: negative, positive)" in out
+    assert "theseus: your data: reviews.csv: 60 rows, text column 'review', 2 classes in 'verdict'" in out
     exported = AutoModelForSequenceClassification.from_pretrained(tmp_path / "run" / "model")
     assert exported.config.id2label == {0: "negative", 1: "positive"}
     assert exported.config.label2id == {"negative": 0, "positive": 1}
