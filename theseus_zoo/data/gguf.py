@@ -31,7 +31,7 @@ def convert_gguf_folder(folder: str | Path) -> None:
         import gguf  # noqa: F401  transformers reads GGUF files through it
     except ImportError:
         raise ImportError(
-            "reading a GGUF checkpoint needs the gguf package: pip install 'theseus-compression[llm]'"
+            "reading a GGUF checkpoint needs the gguf package: pip install -e '.[llm]' in the theseus clone"
         ) from None
     name = files[0].name
     quantized = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
