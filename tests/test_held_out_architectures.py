@@ -340,3 +340,17 @@ def test_randomness_outside_torch_is_named_not_blamed_on_the_loop():
         r"two training-mode runs of the original .* differ.*outside torch's RNG",
         example_kwargs={"input_values": torch.randn(2, 400, generator=torch.Generator().manual_seed(0))},
     )
+
+
+def test_a_resnet_of_unknown_blocks_is_not_told_to_use_the_width_it_has():
+    import timm
+
+    from theseus_adapters import resnet
+
+    torch.manual_seed(0)
+    model = timm.create_model("skresnet18", num_classes=4)  # SelectiveKernel convolutions, not nn.Conv2d
+    before = snapshot(model)
+    with pytest.raises(ValueError, match=r"SelectiveKernelBasic\) has no conv1 .*whatever the width") as raised:
+        resnet.plan(model, (1, 1, 1, 1))
+    assert "use width=1" not in str(raised.value)
+    assert_untouched(model, before)

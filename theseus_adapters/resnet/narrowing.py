@@ -21,8 +21,9 @@ def block_widths(block: nn.Module, where: str = "the block") -> tuple[int, int]:
     last = getattr(block, "conv3", None) or getattr(block, "conv2", None)
     if not (isinstance(first, nn.Conv2d) and isinstance(last, nn.Conv2d)):
         raise ValueError(
-            f"{where} ({type(block).__name__}) has no conv1 / conv2 / conv3 convolutions to read its widths "
-            f"from; use width=1 for this stage or write the successor"
+            f"{where} ({type(block).__name__}) has no conv1 / conv2 / conv3 nn.Conv2d to read its widths from "
+            f"(whatever the width: the plan reads every block's); theseus_adapters.resnet knows torchvision's and "
+            f"timm's BasicBlock and Bottleneck: write ModuleSpecs with th.plan and a successor of your own"
         )
     return first.in_channels, last.out_channels
 
