@@ -2,7 +2,7 @@
 
     python -m benchmarks.deploy [--repeats 3] [--threads 1] [--run-dir RUN] [--out benchmarks/results]
 
-Three parts, each written to ``benchmarks/results/deploy-*.{json,md}`` with the commit and command that made it:
+Four parts, each written to ``benchmarks/results/deploy-*.{json,md}`` with the commit and command that made it:
 
 1. ``deploy-kernels``: one GEMM of all-MiniLM-L6-v2's shapes (1,024 tokens: 384→1536, 1536→384, 384→384) in every
    candidate int8 path (PyTorch ``torch._int_mm``, onednn ``qlinear_pointwise``, fbgemm dynamic quantization, ONNX
@@ -14,7 +14,9 @@ Three parts, each written to ``benchmarks/results/deploy-*.{json,md}`` with the 
    integer kernels (`theseus_quant.to_integer_` in PyTorch; ``model.int8.onnx`` in ONNX Runtime). Every number is a
    median over ``--repeats`` rounds in which each model runs once per shape, interleaved, so ratios compare
    measurements of the same moments on a shared machine.
-3. ``deploy-accuracy`` (with ``--run-dir``, a finished quantized bert run): test-set predictions of the exported model
+3. ``deploy-cnn``: ResNet-34 and ResNet-18 of the resnet family's input shape in PyTorch eager and ONNX Runtime
+   (batch 1 / 8 / 32).
+4. ``deploy-accuracy`` (with ``--run-dir``, a finished quantized bert run): test-set predictions of the exported model
    simulated, on integer kernels in PyTorch, and in ONNX Runtime (int8): accuracy, predictions that changed, largest
    logit difference.
 """
@@ -338,6 +340,73 @@ def models_markdown(result: dict[str, Any]) -> str:
     )
 
 
+# --------------------------------------------------------------------------------------------------------- cnn
+
+
+def cnn(repeats: int, workdir: Path) -> dict[str, Any]:
+    """ResNet-34 (the predecessor's shape) and ResNet-18 (the successor's) on 3 × 28 × 28 images, 10 classes, random
+    weights: PyTorch eager against ONNX Runtime at batch 1 / 8 / 32, ms (median of ``repeats`` interleaved rounds)."""
+    from torchvision.models import resnet18, resnet34
+
+    from theseus_zoo.export.onnx import Images, export_onnx, run_session, session
+
+    torch.manual_seed(0)
+    built = {
+        "predecessor ResNet-34": resnet34(num_classes=10).eval(),
+        "successor ResNet-18": resnet18(num_classes=10).eval(),
+    }
+    example = {"images": torch.randn(2, 3, 28, 28)}
+    exports = {
+        name: export_onnx(Images(model), example, workdir / f"{name.split()[-1]}.onnx", dynamic_axes={"images": {0: "batch"}}, check_inputs=[{"images": torch.randn(5, 3, 28, 28)}])  # noqa: E501
+        for name, model in built.items()
+    }  # fmt: skip
+    sessions = {name: session(export.path) for name, export in exports.items()}
+    rows = []
+    with torch.no_grad():
+        for batch in (1, 8, 32):
+            images = {"images": torch.randn(batch, 3, 28, 28)}
+            calls = {}
+            for name, model in built.items():
+                calls[f"{name} (PyTorch)"] = lambda model=model, images=images: model(images["images"])
+                calls[f"{name} (ONNX Runtime)"] = lambda name=name, images=images: run_session(sessions[name], images)
+            for call in calls.values():
+                call()
+            inner = max(1, 32 // batch)
+            times: dict[str, list[float]] = {name: [] for name in calls}
+            for _ in range(repeats):
+                for name, call in calls.items():
+                    times[name].append(_time(call, inner))
+            rows.append({"batch": batch, "ms": {n: statistics.median(v) * 1e3 for n, v in times.items()}})
+    return {
+        "rows": rows,
+        "onnx_bytes": {n: e.bytes_on_disk for n, e in exports.items()},
+        "onnx_max_abs_diff": {n: e.max_abs_diff for n, e in exports.items()},
+    }
+
+
+def cnn_markdown(result: dict[str, Any]) -> str:
+    names = list(result["rows"][0]["ms"])
+    times = [[r["batch"], *(f"{r['ms'][n]:.1f}" for n in names)] for r in result["rows"]]
+    pairs = [
+        ("successor ResNet-18 (ONNX Runtime)", "successor ResNet-18 (PyTorch)"),
+        ("successor ResNet-18 (ONNX Runtime)", "predecessor ResNet-34 (ONNX Runtime)"),
+        ("successor ResNet-18 (ONNX Runtime)", "predecessor ResNet-34 (PyTorch)"),
+        ("successor ResNet-18 (PyTorch)", "predecessor ResNet-34 (PyTorch)"),
+    ]
+    ratios = [[f"{a} vs {b}", *(f"{r['ms'][b] / r['ms'][a]:.2f}×" for r in result["rows"])] for a, b in pairs]
+    files = [[n, f"{result['onnx_bytes'][n]:,}", f"{result['onnx_max_abs_diff'][n]:.2g}"] for n in result["onnx_bytes"]]
+    return (
+        "# ResNet-34 → ResNet-18 (3 × 28 × 28, 10 classes): PyTorch eager vs ONNX Runtime\n\n"
+        + _provenance(result)
+        + "Milliseconds per forward (median):\n\n"
+        + markdown_table(["batch", *names], times)
+        + "\nSpeed ratios, same rounds:\n\n"
+        + markdown_table(["comparison", *(f"batch {r['batch']}" for r in result["rows"])], ratios)
+        + "\nONNX files (max abs diff from PyTorch at export):\n\n"
+        + markdown_table(["model", "bytes", "max abs diff"], files)
+    )
+
+
 # ----------------------------------------------------------------------------------------------------- accuracy
 
 
@@ -398,7 +467,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--parts", nargs="+", default=["kernels", "models"], choices=["kernels", "models", "accuracy"])
+    parser.add_argument(
+        "--parts", nargs="+", default=["kernels", "models"], choices=["kernels", "models", "cnn", "accuracy"]
+    )
     parser.add_argument("--run-dir", type=Path, help="a finished quantized bert run, for the accuracy part")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     args = parser.parse_args(argv)
@@ -413,6 +484,10 @@ def main(argv: list[str] | None = None) -> int:
             result = {**_header(command), **models(args.repeats, Path(scratch))}
             write_report(result, args.out, "deploy-minilm", models_markdown(result))
             print(models_markdown(result))
+        if "cnn" in args.parts:
+            result = {**_header(command), **cnn(args.repeats, Path(scratch))}
+            write_report(result, args.out, "deploy-cnn", cnn_markdown(result))
+            print(cnn_markdown(result))
         if "accuracy" in args.parts:
             if args.run_dir is None:
                 parser.error("the accuracy part needs --run-dir")
