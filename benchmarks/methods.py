@@ -68,7 +68,7 @@ def collect(runs: Path) -> dict[str, dict[int, Report]]:
 
 def summarize(grid: dict[str, dict[int, Report]]) -> dict[str, Any]:
     """Per method: dev per learning rate, the chosen rate, test per seed there, seconds; and the comparisons."""
-    seeds = sorted(set.intersection(*(set(by_seed) for by_seed in grid.values())))
+    seeds = sorted(set.intersection(*(set(by_seed) for by_seed in grid.values())))  # the rate is chosen on these
     if not seeds:
         raise SystemExit("no seed is finished at every learning rate of the grid yet")
     first = grid[next(iter(grid))][seeds[0]]
@@ -77,7 +77,7 @@ def summarize(grid: dict[str, dict[int, Report]]) -> dict[str, Any]:
     for model in models:
         dev = {lr: statistics.mean(best_dev(grid[lr][seed], model) for seed in seeds) for lr in grid}
         chosen = max(dev, key=dev.get)
-        reports = {seed: grid[chosen][seed] for seed in seeds}
+        reports = dict(sorted(grid[chosen].items()))  # tested on every seed finished at the chosen rate
         seconds = [sum(r.phases[s]["seconds"] for s in stages_of(r, model)) for r in reports.values()]
         methods[model] = {
             "method": method_name(first, model),
@@ -115,11 +115,13 @@ def summarize(grid: dict[str, dict[int, Report]]) -> dict[str, Any]:
     }
 
 
-def compare(grid: dict[str, dict[int, Report]], seeds: list[int], a: str, lr_a: str, b: str, lr_b: str) -> dict:
+def compare(grid: dict[str, dict[int, Report]], _: list[int], a: str, lr_a: str, b: str, lr_b: str) -> dict:
     """``a`` (at ``lr_a``) minus ``b`` (at ``lr_b``) in points, paired per seed (same predecessor, data order and
-    test examples): per seed, mean, 95% t interval over seeds, 95% bootstrap over seeds and test examples."""
+    test examples) over the seeds finished at both rates: per seed, mean, 95% t interval over seeds, 95% bootstrap
+    over seeds and test examples."""
+    seeds = sorted(set(grid[lr_a]) & set(grid[lr_b]))
     per_seed = [100 * (grid[lr_a][seed].test(a) - grid[lr_b][seed].test(b)) for seed in seeds]
-    result: dict[str, Any] = {"per_seed": per_seed, "mean": statistics.mean(per_seed)}
+    result: dict[str, Any] = {"seeds": seeds, "per_seed": per_seed, "mean": statistics.mean(per_seed)}
     if len(seeds) >= 2:
         result["seed_interval"] = list(stats.t_interval(per_seed))
     report = grid[lr_a][seeds[0]]
@@ -162,7 +164,8 @@ def markdown(summary: dict[str, Any], name: str, command: str) -> str:
             f"{comparison['mean']:+.2f}",
             interval(comparison.get("seed_interval")),
             interval(comparison.get("test_set_interval")),
-            verdict(comparison, len(seeds)),
+            str(len(comparison["seeds"])),
+            verdict(comparison, len(comparison["seeds"])),
         ]
         for label, comparison in summary["comparisons"].items()
     ]
@@ -170,9 +173,11 @@ def markdown(summary: dict[str, Any], name: str, command: str) -> str:
     best, alternative = summary["methods"][summary["best_theseus"]], summary["methods"][summary["best_alternative"]]
     return "\n".join(
         [
-            f"# Every method at its own best learning rate: `{name}` ({len(seeds)} seed(s): {seeds})\n",
-            f"Mean dev {metric} per learning rate (best dev state of the method's last stage, mean over the seeds), "
-            f"the rate chosen on it, and the test {metric} there; wall-clock of the method's stages (median over "
+            f"# Every method at its own best learning rate: `{name}`\n",
+            f"Mean dev {metric} per learning rate (best dev state of the method's last stage, mean over seeds {seeds}, "
+            "those finished at every rate), "
+            f"the rate chosen on it, and the test {metric} there over every seed finished at that rate; wall-clock of "
+            "the method's stages (median over "
             "seeds, evaluations included; the machine was shared, so ratios within a run are what to read).\n",
             markdown_table(
                 ["method", f"dev {metric} by lr", "chosen lr", f"test {metric} (mean)", "per seed", "wall-clock"],
@@ -181,10 +186,19 @@ def markdown(summary: dict[str, Any], name: str, command: str) -> str:
             f"\nBest Theseus variant on dev: `{best['method']}` (lr {best['lr']}); best alternative on dev: "
             f"`{alternative['method']}` (lr {alternative['lr']}). Difference in points: {headline['mean']:+.2f}, "
             f"seed-level 95% interval {interval(headline.get('seed_interval'))}, over seeds and test examples "
-            f"{interval(headline.get('test_set_interval'))}: {verdict(headline, len(seeds))}.\n",
+            f"{interval(headline.get('test_set_interval'))}, {len(headline['seeds'])} seeds: "
+            f"{verdict(headline, len(headline['seeds']))}.\n",
             "Paired per seed, in points (each side at its own chosen rate; step-matched):\n",
             markdown_table(
-                ["comparison", "per seed", "mean", "t interval over seeds", "bootstrap (seeds × test)", "verdict"],
+                [
+                    "comparison",
+                    "per seed",
+                    "mean",
+                    "t interval over seeds",
+                    "bootstrap (seeds × test)",
+                    "seeds",
+                    "verdict",
+                ],
                 comparison_rows,
             ),
             f"\nCommand: `{command}`.\n",
