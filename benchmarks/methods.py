@@ -11,7 +11,8 @@ method, Theseus-variant minus other per seed with the 95% t interval over seeds 
 95% paired bootstrap over seeds and test examples (`stats.paired_difference_over_seeds`). Step-matched: every
 method trains the same number of optimizer steps (``+warmup`` spends part of them on blockwise distillation).
 Compute-matched: each method's measured wall-clock (its stages' ``seconds``, evaluations included, median over
-seeds) and its ratio to plain Theseus', so a reader sees what a tie in steps costs in time. Writes
+seeds) and its ratio to plain Theseus' in the same runs (same machine load; median over seeds), so a reader sees
+what a tie in steps costs in time. Writes
 ``<out>/methods-<name>.json`` / ``.md`` / ``.png``.
 """
 
@@ -55,11 +56,13 @@ def method_name(report: Report, model: str) -> str:
     return next(name for name in methods if name.split("+")[0] == "theseus")
 
 
-def collect(runs: Path) -> dict[str, dict[int, Report]]:
-    """``{lr: {seed: report}}`` of the finished runs under ``runs``."""
+def collect(runs: Path, learning_rates: list[str] | None = None) -> dict[str, dict[int, Report]]:
+    """``{lr: {seed: report}}`` of the finished runs under ``runs`` (those of ``learning_rates`` when given)."""
     grid: dict[str, dict[int, Report]] = {}
     for report_path in sorted(runs.glob("lr*/seed*/report.json")):
         lr, seed = report_path.parent.parent.name.removeprefix("lr"), int(report_path.parent.name.removeprefix("seed"))
+        if learning_rates is not None and lr not in learning_rates:
+            continue
         grid.setdefault(lr, {})[seed] = Report.load(report_path)
     if not grid:
         raise SystemExit(f"no finished runs under {runs} (lr*/seed*/report.json)")
@@ -79,6 +82,12 @@ def summarize(grid: dict[str, dict[int, Report]]) -> dict[str, Any]:
         chosen = max(dev, key=dev.get)
         reports = dict(sorted(grid[chosen].items()))  # tested on every seed finished at the chosen rate
         seconds = [sum(r.phases[s]["seconds"] for s in stages_of(r, model)) for r in reports.values()]
+        within = [  # the method's seconds over plain Theseus' in the same run: the same machine load
+            sum(r.phases[s]["seconds"] for s in stages_of(r, model))
+            / sum(r.phases[s]["seconds"] for s in stages_of(r, "theseus"))
+            for r in reports.values()
+            if "theseus" in r.models
+        ]
         methods[model] = {
             "method": method_name(first, model),
             "dev_by_lr": dev,
@@ -86,14 +95,12 @@ def summarize(grid: dict[str, dict[int, Report]]) -> dict[str, Any]:
             "test_per_seed": {seed: report.test(model) for seed, report in reports.items()},
             "test_mean": statistics.mean(report.test(model) for report in reports.values()),
             "median_seconds": statistics.median(seconds),
+            "seconds_ratio_to_theseus": statistics.median(within) if within else None,
         }
     theseus_like = [model for model in models if not model.startswith("baseline:")]
     alternatives = [model for model in models if model.startswith("baseline:")]
     best_theseus = max(theseus_like, key=lambda model: max(methods[model]["dev_by_lr"].values()))
     best_alternative = max(alternatives, key=lambda model: max(methods[model]["dev_by_lr"].values()))
-    reference_seconds = methods["theseus"]["median_seconds"] if "theseus" in methods else None
-    for entry in methods.values():
-        entry["seconds_ratio_to_theseus"] = entry["median_seconds"] / reference_seconds if reference_seconds else None
     comparisons = {}
     for variant in theseus_like:
         for other in models:
@@ -218,7 +225,7 @@ def plot(summary: dict[str, Any], path: Path) -> None:
         values = list(entry["test_per_seed"].values())
         axis.scatter([index] * len(values), values, color="tab:gray", s=12, zorder=2)
         axis.bar(index, entry["test_mean"], color="tab:blue" if entry["method"].startswith("theseus") else "tab:orange")
-    axis.set_xticks(range(len(entries)), [f"{e['method']}\nlr {e['lr']}" for e in entries], fontsize=7)
+    axis.set_xticks(range(len(entries)), [f"{e['method']}\nlr {e['lr']}" for e in entries], fontsize=7, rotation=20)
     low = min(min(e["test_per_seed"].values()) for e in entries)
     axis.set_ylim(low - 0.02, None)
     axis.set_ylabel(f"test {summary['metric']}")
@@ -232,11 +239,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=Path, required=True, help="lr<LR>/seed<N>/ run directories")
     parser.add_argument("--name", required=True, help="the cell's name in the output files")
+    parser.add_argument("--lrs", nargs="+", help="only these grid points (as the lr<LR> directories spell them)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", args.name):
         parser.error("--name: letters, digits, '.', '_' and '-' only")
-    summary = summarize(collect(args.runs))
+    summary = summarize(collect(args.runs, args.lrs))
     command = "python -m benchmarks.methods " + shlex.join(sys.argv[1:] if argv is None else argv)
     text = markdown(summary, args.name, command) + f"\n![methods](methods-{args.name}.png)\n"
     write_report({"command": command, "environment": environment(), **summary}, args.out, f"methods-{args.name}", text)
