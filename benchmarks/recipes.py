@@ -3,6 +3,7 @@
     python -m benchmarks.recipes --recipe NAME [--seeds 0 1 2] [--jobs 2] [--threads 1] [--config FILE.json]
                                  [--shared-predecessor | --predecessor-from RUN] [--runs runs/bench]
                                  [--out benchmarks/results]
+    python -m benchmarks.recipes --check NAME [--tolerance 0.001] [--threads N]
 
 Each seed runs as its own ``theseus compress`` process in ``<runs>/<recipe>/seed<N>`` (an interrupted
 sweep resumes the runs it left unfinished and keeps the finished ones). ``--jobs`` processes run at
@@ -14,11 +15,16 @@ both of a model's), and the median measured speedup of the exported successor.
 When the reports carry per-example test predictions (`Task.scores_examples`), Theseus is compared
 with every other model: the per-seed paired differences, their mean, and a 95% paired bootstrap
 interval of that mean (test examples resampled, the same resample for every seed and both models).
+
+``--check NAME`` reruns the first seed of the archived ``recipe-NAME.json`` with the recipe its report recorded
+(into ``<runs>/check/NAME``) and says, per model, whether the test metric matches the archive within
+``--tolerance``; it exits 1 when one does not (a table whose code changed under it must be rerun).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import statistics
@@ -30,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from theseus_zoo.recipes import with_defaults
 from theseus_zoo.training import stats
 from theseus_zoo.training.results import REPORT, CompressProcess, Report, ensure_run, score_examples
 
@@ -111,9 +118,51 @@ def summarize(reports: dict[int, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def check(name: str, results: Path, runs: Path, threads: int, tolerance: float) -> bool:
+    """Reruns the first seed of the archived table ``<results>/recipe-<name>.json`` with the recipe its report
+    recorded (every field, so a recipe changed since is run as it was) and prints, per model, the archived and the
+    rerun test metric; returns whether every model is within ``tolerance`` of its archived value."""
+    path = results / f"recipe-{name}.json"
+    if not path.exists():
+        raise SystemExit(f"--check: no archived table {path}")
+    archived = json.loads(path.read_text())
+    seed, report = next(iter(archived["reports"].items()))
+    if "--predecessor-from" in archived.get("command", ""):
+        raise SystemExit(
+            f"--check: the seeds of {path.name} took another run's predecessor ({archived['command']}); rerun that "
+            f"run first and check it, or rerun the table's command"
+        )
+    out = runs / "check" / name / f"seed{seed}"
+    if out.exists():
+        raise SystemExit(f"--check: {out} exists; remove it to rerun")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    config = out.parent / f"seed{seed}.json"
+    config.write_text(json.dumps(with_defaults(report["recipe"])))
+    rerun = run_seed(report["recipe"]["name"], int(seed), out, threads, config)
+    metric, rows, worst = report["metric"], [], 0.0
+    for model, entry in report["models"].items():
+        before, after = entry["test"][metric], rerun["models"][model]["test"][metric]
+        worst = max(worst, abs(after - before))
+        rows.append([model, f"{before:.4f}", f"{after:.4f}", f"{after - before:+.4f}"])
+    matches = worst <= tolerance
+    made = archived.get("environment", {}).get("commit", "an unrecorded commit")
+    print(markdown_table(["model", f"archived test {metric}", "rerun", "difference"], rows))
+    print(
+        f"{path.name}, seed {seed} (made at {made}), rerun at {environment()['commit']}: largest difference "
+        f"{worst:.4f}; {'reproduces' if matches else 'does NOT reproduce'} within {tolerance}"
+    )
+    return matches
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--recipe", required=True)
+    parser.add_argument("--recipe")
+    parser.add_argument(
+        "--check",
+        metavar="NAME",
+        help="rerun the first seed of the archived table recipe-NAME.json and say whether it matches",
+    )
+    parser.add_argument("--tolerance", type=float, default=1e-3, help="--check: largest difference that matches")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--jobs", type=int, default=1, help="runs at once")
     parser.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 1)), help="threads per run")
@@ -132,6 +181,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=Path, default=Path("runs/bench"))
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args(argv)
+    if args.check is not None:
+        sys.exit(0 if check(args.check, args.out, args.runs, args.threads, args.tolerance) else 1)
+    if args.recipe is None:
+        parser.error("give --recipe NAME (or --check NAME)")
     if args.shared_predecessor and args.predecessor_from is not None:
         parser.error("--shared-predecessor and --predecessor-from are exclusive: the predecessor comes from one place")
     start = time.perf_counter()

@@ -1,5 +1,8 @@
 """Seed tables of `benchmarks.recipes`: medians, wall-clock and paired comparisons, on made-up reports."""
 
+import json
+import shutil
+
 import numpy as np
 import pytest
 
@@ -70,3 +73,25 @@ def test_sizes_on_disk_and_the_refine_phase_count_for_each_model():
     assert summary["models"]["baseline:truncated"]["median_seconds"] == 35.0
     assert summary["models"]["predecessor"]["median_size_on_disk_bytes"] == 9_000_000
     assert summary["models"]["theseus"]["median_size_on_disk_bytes"] == 1_000_000.5
+
+
+def test_check_reruns_an_archived_seed_and_says_whether_it_matches(tmp_path, capsys):
+    config = tmp_path / "tiny.json"
+    tiny = {"predecessor": {"steps": 10, "eval_every": 10}, "replacing": {"steps": 10, "eval_every": 10}}
+    config.write_text(json.dumps({**tiny, "steps_to_one": 5, "baselines": ["truncated"]}))
+    common = ["--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "results"), "--threads", "1"]
+    recipes.main(["--recipe", "toy", "--seeds", "3", "--config", str(config), *common])
+    with pytest.raises(SystemExit) as exit_info:
+        recipes.main(["--check", "toy", *common])
+    assert exit_info.value.code == 0 and "reproduces within" in capsys.readouterr().out
+    archive = tmp_path / "results" / "recipe-toy.json"
+    tampered = json.loads(archive.read_text())
+    tampered["reports"]["3"]["models"]["theseus"]["test"]["accuracy"] += 0.05  # as if the code had changed since
+    archive.write_text(json.dumps(tampered))
+    with pytest.raises(SystemExit) as exit_info:
+        recipes.main(["--check", "toy", *common])
+    assert "exists; remove it" in str(exit_info.value)  # a check never overwrites an earlier one
+    shutil.rmtree(tmp_path / "runs" / "check")
+    with pytest.raises(SystemExit) as exit_info:
+        recipes.main(["--check", "toy", *common])
+    assert exit_info.value.code == 1 and "does NOT reproduce" in capsys.readouterr().out
