@@ -120,8 +120,9 @@ def summarize(reports: dict[int, dict[str, Any]]) -> dict[str, Any]:
 
 def check(name: str, results: Path, runs: Path, threads: int, tolerance: float) -> bool:
     """Reruns the first seed of the archived table ``<results>/recipe-<name>.json`` with the recipe its report
-    recorded (every field, so a recipe changed since is run as it was) and prints, per model, the archived and the
-    rerun test metric; returns whether every model is within ``tolerance`` of its archived value."""
+    recorded (every field, so a recipe changed since is run as it was) and the thread count its command gave
+    (results on a CPU can depend on it; ``threads`` when the command gave none), and prints, per model, the archived
+    and the rerun test metric; returns whether every model is within ``tolerance`` of its archived value."""
     path = results / f"recipe-{name}.json"
     if not path.exists():
         raise SystemExit(f"--check: no archived table {path}")
@@ -132,6 +133,9 @@ def check(name: str, results: Path, runs: Path, threads: int, tolerance: float) 
             f"--check: the seeds of {path.name} took another run's predecessor ({archived['command']}); rerun that "
             f"run first and check it, or rerun the table's command"
         )
+    command = shlex.split(archived.get("command", ""))
+    if "--threads" in command:
+        threads = int(command[command.index("--threads") + 1])
     out = runs / "check" / name / f"seed{seed}"
     if out.exists():
         raise SystemExit(f"--check: {out} exists; remove it to rerun")
@@ -148,7 +152,8 @@ def check(name: str, results: Path, runs: Path, threads: int, tolerance: float) 
     made = archived.get("environment", {}).get("commit", "an unrecorded commit")
     print(markdown_table(["model", f"archived test {metric}", "rerun", "difference"], rows))
     print(
-        f"{path.name}, seed {seed} (made at {made}), rerun at {environment()['commit']}: largest difference "
+        f"{path.name}, seed {seed} (made at {made}), rerun at {environment()['commit']} on {threads} thread(s): "
+        f"largest difference "
         f"{worst:.4f}; {'reproduces' if matches else 'does NOT reproduce'} within {tolerance}"
     )
     return matches
