@@ -107,7 +107,7 @@ def summarize(grid: dict[str, dict[int, Report]]) -> dict[str, Any]:
             if other == variant or (other in theseus_like and other != "theseus"):
                 continue
             lrs = methods[variant]["lr"], methods[other]["lr"]
-            comparisons[f"{variant} − {other}"] = compare(grid, seeds, variant, lrs[0], other, lrs[1])
+            comparisons[f"{variant} − {other}"] = compare(grid, variant, lrs[0], other, lrs[1])
     return {
         "seeds": seeds,
         "metric": first.metric,
@@ -116,13 +116,13 @@ def summarize(grid: dict[str, dict[int, Report]]) -> dict[str, Any]:
         "best_theseus": best_theseus,
         "best_alternative": best_alternative,
         "headline": compare(
-            grid, seeds, best_theseus, methods[best_theseus]["lr"], best_alternative, methods[best_alternative]["lr"]
+            grid, best_theseus, methods[best_theseus]["lr"], best_alternative, methods[best_alternative]["lr"]
         ),
         "comparisons": comparisons,
     }
 
 
-def compare(grid: dict[str, dict[int, Report]], _: list[int], a: str, lr_a: str, b: str, lr_b: str) -> dict:
+def compare(grid: dict[str, dict[int, Report]], a: str, lr_a: str, b: str, lr_b: str) -> dict:
     """``a`` (at ``lr_a``) minus ``b`` (at ``lr_b``) in points, paired per seed (same predecessor, data order and
     test examples) over the seeds finished at both rates: per seed, mean, 95% t interval over seeds, 95% bootstrap
     over seeds and test examples."""
@@ -139,11 +139,10 @@ def compare(grid: dict[str, dict[int, Report]], _: list[int], a: str, lr_a: str,
     return result
 
 
-def verdict(comparison: dict[str, Any], seeds: int) -> str:
-    if seeds < 3 or "seed_interval" not in comparison:
-        return {1: "one seed: no verdict", 2: "two seeds: no verdict"}.get(seeds, "no verdict")
-    low, high = comparison["seed_interval"]
-    return "ahead" if low > 0 else "behind" if high < 0 else "not distinguishable"
+def verdict(comparison: dict[str, Any]) -> str:
+    """`stats.seed_verdict` of a `compare` result."""
+    interval = comparison.get("seed_interval")
+    return stats.seed_verdict(tuple(interval) if interval else None, len(comparison["per_seed"]))
 
 
 def markdown(summary: dict[str, Any], name: str, command: str) -> str:
@@ -172,7 +171,7 @@ def markdown(summary: dict[str, Any], name: str, command: str) -> str:
             interval(comparison.get("seed_interval")),
             interval(comparison.get("test_set_interval")),
             str(len(comparison["seeds"])),
-            verdict(comparison, len(comparison["seeds"])),
+            verdict(comparison),
         ]
         for label, comparison in summary["comparisons"].items()
     ]
@@ -194,7 +193,7 @@ def markdown(summary: dict[str, Any], name: str, command: str) -> str:
             f"`{alternative['method']}` (lr {alternative['lr']}). Difference in points: {headline['mean']:+.2f}, "
             f"seed-level 95% interval {interval(headline.get('seed_interval'))}, over seeds and test examples "
             f"{interval(headline.get('test_set_interval'))}, {len(headline['seeds'])} seeds: "
-            f"{verdict(headline, len(headline['seeds']))}.\n",
+            f"{verdict(headline)}.\n",
             "Paired per seed, in points (each side at its own chosen rate; step-matched):\n",
             markdown_table(
                 [

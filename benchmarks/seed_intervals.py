@@ -24,20 +24,12 @@ from theseus_zoo.training import stats
 from .harness import environment, markdown_table, write_report
 
 RESULTS = Path(__file__).parent / "results"
-MINIMUM_SEEDS = 3
+MINIMUM_SEEDS = stats.SEED_VERDICT_MINIMUM
 
 
 def t_interval(values: list[float], level: float = 0.95) -> tuple[float, float] | None:
     """`stats.t_interval` of the mean of ``values``, or ``None`` for fewer than `MINIMUM_SEEDS`."""
     return stats.t_interval(values, level) if len(values) >= MINIMUM_SEEDS else None
-
-
-def verdict(interval: tuple[float, float] | None, seeds: int) -> str:
-    """Ahead / behind / not distinguishable by the seed-level interval; no verdict below three seeds."""
-    if interval is None:
-        return {1: "one seed: no verdict", 2: "two seeds: no verdict"}.get(seeds, "no verdict")
-    low, high = interval
-    return "ahead" if low > 0 else "behind" if high < 0 else "not distinguishable"
 
 
 def rows_of(path: Path) -> list[dict[str, Any]]:
@@ -56,7 +48,7 @@ def rows_of(path: Path) -> list[dict[str, Any]]:
                 "mean": statistics.mean(per_seed),
                 "test_set_interval": [100 * comparison["low"], 100 * comparison["high"]],
                 "seed_interval": list(interval) if interval is not None else None,
-                "verdict": verdict(interval, len(per_seed)),
+                "verdict": stats.seed_verdict(interval, len(per_seed)),
             }
         )
     return rows

@@ -48,8 +48,8 @@ def test_each_method_takes_the_rate_its_dev_metric_chose_and_pairs_per_seed(tmp_
     assert theseus["median_seconds"] == 4.0 and kd["seconds_ratio_to_theseus"] == pytest.approx(1.5)
     headline = summary["headline"]
     assert headline["per_seed"] == pytest.approx([10.0, 10.0, 10.0]) and headline["mean"] == pytest.approx(10.0)
-    assert headline["seed_interval"] == pytest.approx([10.0, 10.0]) and methods.verdict(headline, 3) == "ahead"
-    assert methods.verdict({"per_seed": [1.0], "mean": 1.0}, 1) == "one seed: no verdict"
+    assert headline["seed_interval"] == pytest.approx([10.0, 10.0]) and methods.verdict(headline) == "ahead"
+    assert methods.verdict({"per_seed": [1.0], "mean": 1.0}) == "one seed: no verdict"
 
 
 def test_no_finished_run_is_one_line(tmp_path):

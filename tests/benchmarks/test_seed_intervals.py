@@ -7,19 +7,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from benchmarks import seed_intervals
+from theseus_zoo.training import stats
 
 
 def test_fewer_than_three_seeds_get_no_interval_and_no_verdict():
     assert seed_intervals.t_interval([1.0, 2.0]) is None
-    assert seed_intervals.verdict(None, 1) == "one seed: no verdict"
-    assert seed_intervals.verdict(None, 2) == "two seeds: no verdict"
+    assert stats.seed_verdict(None, 1) == "one seed: no verdict"
+    assert stats.seed_verdict(None, 2) == "two seeds: no verdict"
 
 
 def test_the_t_interval_of_three_seeds_matches_the_textbook_value():
     low, high = seed_intervals.t_interval([1.0, 2.0, 3.0])  # mean 2, sd 1, t(0.975, 2) = 4.3027
     assert (low, high) == pytest.approx((2 - 4.302653 / 3**0.5, 2 + 4.302653 / 3**0.5), rel=1e-5)
-    assert seed_intervals.verdict((low, high), 3) == "not distinguishable"
-    assert seed_intervals.verdict((0.1, 0.2), 3) == "ahead" and seed_intervals.verdict((-0.2, -0.1), 3) == "behind"
+    assert stats.seed_verdict((low, high), 3) == "not distinguishable"
+    assert stats.seed_verdict((0.1, 0.2), 3) == "ahead" and stats.seed_verdict((-0.2, -0.1), 3) == "behind"
 
 
 @given(st.lists(st.floats(-10, 10), min_size=3, max_size=8), st.floats(-5, 5))

@@ -199,3 +199,16 @@ def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, flo
     mean, spread = statistics.mean(values), statistics.stdev(values)
     half = distributions.t.ppf(0.5 + level / 2, len(values) - 1) * spread / math.sqrt(len(values))
     return mean - half, mean + half
+
+
+SEED_VERDICT_MINIMUM = 3
+"""Fewer seeds than this get no verdict: their spread says too little about the next seed."""
+
+
+def seed_verdict(interval: tuple[float, float] | None, seeds: int) -> str:
+    """``"ahead"`` / ``"behind"`` / ``"not distinguishable"`` by a seed-level interval of a difference (`t_interval`);
+    ``"one seed: no verdict"`` / ``"two seeds: no verdict"`` below `SEED_VERDICT_MINIMUM` seeds or without one."""
+    if interval is None or seeds < SEED_VERDICT_MINIMUM:
+        return {1: "one seed: no verdict", 2: "two seeds: no verdict"}.get(seeds, "no verdict")
+    low, high = interval
+    return "ahead" if low > 0 else "behind" if high < 0 else "not distinguishable"
