@@ -118,6 +118,17 @@ def summarize(reports: dict[int, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def compare_tests(archived: dict[str, Any], rerun: dict[str, Any]) -> tuple[list[list[str]], float]:
+    """Per model of an archived report, its test metric, the rerun's and the difference (table rows), and the
+    largest absolute difference."""
+    metric, rows, worst = archived["metric"], [], 0.0
+    for model, entry in archived["models"].items():
+        before, after = entry["test"][metric], rerun["models"][model]["test"][metric]
+        worst = max(worst, abs(after - before))
+        rows.append([model, f"{before:.4f}", f"{after:.4f}", f"{after - before:+.4f}"])
+    return rows, worst
+
+
 def check(name: str, results: Path, runs: Path, threads: int, tolerance: float) -> bool:
     """Reruns the first seed of the archived table ``<results>/recipe-<name>.json`` with the recipe its report
     recorded (every field, so a recipe changed since is run as it was) and the thread count its command gave
@@ -143,14 +154,10 @@ def check(name: str, results: Path, runs: Path, threads: int, tolerance: float) 
     config = out.parent / f"seed{seed}.json"
     config.write_text(json.dumps(with_defaults(report["recipe"])))
     rerun = run_seed(report["recipe"]["name"], int(seed), out, threads, config)
-    metric, rows, worst = report["metric"], [], 0.0
-    for model, entry in report["models"].items():
-        before, after = entry["test"][metric], rerun["models"][model]["test"][metric]
-        worst = max(worst, abs(after - before))
-        rows.append([model, f"{before:.4f}", f"{after:.4f}", f"{after - before:+.4f}"])
+    rows, worst = compare_tests(report, rerun)
     matches = worst <= tolerance
     made = archived.get("environment", {}).get("commit", "an unrecorded commit")
-    print(markdown_table(["model", f"archived test {metric}", "rerun", "difference"], rows))
+    print(markdown_table(["model", f"archived test {report['metric']}", "rerun", "difference"], rows))
     print(
         f"{path.name}, seed {seed} (made at {made}), rerun at {environment()['commit']} on {threads} thread(s): "
         f"largest difference "
