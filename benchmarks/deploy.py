@@ -59,7 +59,7 @@ def _commit() -> str:
         return "unknown"
 
 
-def _header(command: str) -> dict[str, Any]:
+def result_header(command: str) -> dict[str, Any]:
     return {
         "command": command,
         "commit": _commit(),
@@ -186,12 +186,12 @@ def kernels_markdown(result: dict[str, Any]) -> str:
     rows = [[r["shape"], r["path"], f"{r['ms']:.2f}", f"{r['vs_fp32']:.2f}×", r["exact"]] for r in result["rows"]]
     return (
         "# One GEMM in each int8 path (one thread)\n\n"
-        + _provenance(result)
+        + provenance(result)
         + markdown_table(["GEMM", "path", "ms (median)", "speed vs torch fp32", "integer result exact"], rows)
     )
 
 
-def _provenance(result: dict[str, Any]) -> str:
+def provenance(result: dict[str, Any]) -> str:
     env = result["environment"]
     return (
         f"Command: `{result['command']}` at commit `{result['commit'][:12]}`, on {env['processor']} "
@@ -328,7 +328,7 @@ def models_markdown(result: dict[str, Any]) -> str:
     ]
     return (
         "# all-MiniLM-L6-v2-shaped BinaryBERT successors on CPU: simulated vs integer, PyTorch vs ONNX Runtime\n\n"
-        + _provenance(result)
+        + provenance(result)
         + "Milliseconds per forward (median), batch × sequence length:\n\n"
         + markdown_table(["batch × length", *names], times)
         + "\nSpeed ratios (how many times faster the first is), same rounds:\n\n"
@@ -397,7 +397,7 @@ def cnn_markdown(result: dict[str, Any]) -> str:
     files = [[n, f"{result['onnx_bytes'][n]:,}", f"{result['onnx_max_abs_diff'][n]:.2g}"] for n in result["onnx_bytes"]]
     return (
         "# ResNet-34 → ResNet-18 (3 × 28 × 28, 10 classes): PyTorch eager vs ONNX Runtime\n\n"
-        + _provenance(result)
+        + provenance(result)
         + "Milliseconds per forward (median):\n\n"
         + markdown_table(["batch", *names], times)
         + "\nSpeed ratios, same rounds:\n\n"
@@ -457,7 +457,7 @@ def accuracy_markdown(result: dict[str, Any]) -> str:
     ]
     return (
         f"# Test predictions of `{result['run_dir']}` ({result['recipe']}) in each runtime\n\n"
-        + _provenance(result)
+        + provenance(result)
         + f"{result['examples']} test examples.\n\n"
         + markdown_table(["runtime", "accuracy", "predictions changed vs simulated", "max abs logit diff"], rows)
     )
@@ -477,21 +477,21 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m benchmarks.deploy " + shlex.join(sys.argv[1:] if argv is None else argv)
     with tempfile.TemporaryDirectory() as scratch:
         if "kernels" in args.parts:
-            result = {**_header(command), **kernels(args.repeats)}
+            result = {**result_header(command), **kernels(args.repeats)}
             write_report(result, args.out, "deploy-kernels", kernels_markdown(result))
             print(kernels_markdown(result))
         if "models" in args.parts:
-            result = {**_header(command), **models(args.repeats, Path(scratch))}
+            result = {**result_header(command), **models(args.repeats, Path(scratch))}
             write_report(result, args.out, "deploy-minilm", models_markdown(result))
             print(models_markdown(result))
         if "cnn" in args.parts:
-            result = {**_header(command), **cnn(args.repeats, Path(scratch))}
+            result = {**result_header(command), **cnn(args.repeats, Path(scratch))}
             write_report(result, args.out, "deploy-cnn", cnn_markdown(result))
             print(cnn_markdown(result))
         if "accuracy" in args.parts:
             if args.run_dir is None:
                 parser.error("the accuracy part needs --run-dir")
-            result = {**_header(command), **accuracy(args.run_dir, Path(scratch))}
+            result = {**result_header(command), **accuracy(args.run_dir, Path(scratch))}
             write_report(result, args.out, "deploy-accuracy", accuracy_markdown(result))
             print(accuracy_markdown(result))
     return 0

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.deploy import _header, _provenance
+from benchmarks.deploy import provenance, result_header
 from benchmarks.harness import markdown_table, write_report
 
 PROMPTS = (
@@ -178,7 +178,7 @@ def markdown(result: dict[str, Any]) -> str:
     )
     return (
         "# SmolLM2 in llama.cpp (f16 GGUF from llama.cpp's converter) against transformers\n\n"
-        + _provenance(result)
+        + provenance(result)
         + f"Successor: {result['successor']}. llama-cpp-python {result['llama_cpp_version']} built from its sdist; "
         f"{result['sequences']} test sequences of 128 tokens; one thread.\n\n"
         + markdown_table(
@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         scratch = Path(scratch_name)
         script = converter(args.sdist, scratch / "llama.cpp")
         result = {
-            **_header(command),
+            **result_header(command),
             "llama_cpp_version": llama_cpp.__version__,
             "successor": (
                 f"the export of {args.run_dir}"
