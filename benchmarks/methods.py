@@ -43,6 +43,11 @@ def stages_of(report: Report, model: str) -> list[str]:
     return [stage for stage in (f"warmup{suffix}", f"replacing{suffix}") if stage in report.phases]
 
 
+def method_seconds(report: Report, model: str) -> float:
+    """Wall-clock of the stages that trained ``model`` in one run, evaluations included."""
+    return sum(report.phases[stage]["seconds"] for stage in stages_of(report, model))
+
+
 def best_dev(report: Report, model: str) -> float:
     """The dev metric of the state the run kept for ``model``: the best of its last stage."""
     return report.phases[stages_of(report, model)[-1]]["best_metric"]
@@ -81,12 +86,9 @@ def summarize(grid: dict[str, dict[int, Report]]) -> dict[str, Any]:
         dev = {lr: statistics.mean(best_dev(grid[lr][seed], model) for seed in seeds) for lr in grid}
         chosen = max(dev, key=dev.get)
         reports = dict(sorted(grid[chosen].items()))  # tested on every seed finished at the chosen rate
-        seconds = [sum(r.phases[s]["seconds"] for s in stages_of(r, model)) for r in reports.values()]
+        seconds = [method_seconds(r, model) for r in reports.values()]
         within = [  # the method's seconds over plain Theseus' in the same run: the same machine load
-            sum(r.phases[s]["seconds"] for s in stages_of(r, model))
-            / sum(r.phases[s]["seconds"] for s in stages_of(r, "theseus"))
-            for r in reports.values()
-            if "theseus" in r.models
+            method_seconds(r, model) / method_seconds(r, "theseus") for r in reports.values() if "theseus" in r.models
         ]
         methods[model] = {
             "method": method_name(first, model),
