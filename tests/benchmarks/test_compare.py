@@ -2,10 +2,28 @@
 
 import json
 import shutil
+import threading
 
 import pytest
 
 from benchmarks import compare
+from theseus_zoo import cli
+from theseus_zoo.training.results import CompressProcess
+
+
+@pytest.fixture(autouse=True)
+def runs_in_this_process(monkeypatch):
+    """Each ``theseus compress`` of these tests runs through `theseus_zoo.cli.main` in this process, one at a time,
+    with the command line `CompressProcess` would start (a toy run is a second of work behind seconds of imports);
+    tests/benchmarks/test_recipes.py runs them as processes."""
+    one_at_a_time = threading.Lock()
+
+    def run(self, out, *, resume, predecessor_from):
+        with one_at_a_time:
+            if cli.main(self.cli_arguments(out, resume=resume, predecessor_from=predecessor_from)) != 0:
+                raise RuntimeError(f"{self.name or out} failed")
+
+    monkeypatch.setattr(CompressProcess, "__call__", run)
 
 
 def test_each_method_gets_its_best_dev_lr_and_every_seed_a_paired_difference(tmp_path):

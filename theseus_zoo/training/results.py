@@ -198,13 +198,18 @@ class CompressProcess:
     mode: str = "w"
     name: str | None = None
 
-    def __call__(self, out: Path, *, resume: bool, predecessor_from: Path | None) -> None:
-        command = [sys.executable, "-m", "theseus_zoo.cli", "compress", "--recipe", self.recipe, *self.arguments]
-        command += ["--out", str(out), "--no-progress"]
+    def cli_arguments(self, out: Path, *, resume: bool, predecessor_from: Path | None) -> list[str]:
+        """The ``theseus`` command line (after the program name) this runner runs for ``out``."""
+        arguments = ["compress", "--recipe", self.recipe, *self.arguments, "--out", str(out), "--no-progress"]
         if resume:
-            command.append("--resume")
-        elif predecessor_from is not None:
-            command += ["--predecessor-from", str(predecessor_from)]
+            return [*arguments, "--resume"]
+        if predecessor_from is not None:
+            return [*arguments, "--predecessor-from", str(predecessor_from)]
+        return arguments
+
+    def __call__(self, out: Path, *, resume: bool, predecessor_from: Path | None) -> None:
+        arguments = self.cli_arguments(out, resume=resume, predecessor_from=predecessor_from)
+        command = [sys.executable, "-m", "theseus_zoo.cli", *arguments]
         environment = {**os.environ, "OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads)}
         log = self.log or out.parent / f"{out.name}.log"
         out.parent.mkdir(parents=True, exist_ok=True)
