@@ -178,6 +178,17 @@ class Recipe:
         warmup_fraction: The share of the replacing budget (``replacing.steps``) that ``+warmup`` spends on
             blockwise distillation; the replacing stage gets the rest, with ``steps_to_one`` scaled alike.
             (default: ``0.2``)
+
+    Few labels (issue 24's cell (b)):
+
+    Args:
+        labelled_examples: Only this many training examples keep their labels: a fixed sample of the training
+            split (the same for every seed, so that runs share one predecessor), the rest unlabelled. Every stage
+            trains on batches of labelled examples (the predecessor's fine-tuning too); a stage whose loss has a
+            label-free part (`theseus_zoo.training.methods.Objective.unlabelled`: the soft loss of ``kd``,
+            ``direct``, ``+kd``, ``kd_weight`` and ``refine``, ``+warmup``'s blockwise loss) adds to each step a
+            batch of as many unlabelled examples, scored by that part alone. ``None``: every example is labelled.
+            (default: ``None``)
     """
 
     name: str
@@ -201,6 +212,7 @@ class Recipe:
     refine: Phase | None = None
     methods: tuple[str, ...] | None = None
     warmup_fraction: float = 0.2
+    labelled_examples: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.options, Mapping):
@@ -227,6 +239,12 @@ class Recipe:
                     f"methods: plain theseus must come first among the Theseus variants {variants} (the first is "
                     f"reported as 'theseus')"
                 )
+        if self.labelled_examples is not None and not (
+            isinstance(self.labelled_examples, int)
+            and not isinstance(self.labelled_examples, bool)
+            and self.labelled_examples >= 1
+        ):
+            raise ValueError(f"labelled_examples must be null or an integer >= 1, got {self.labelled_examples!r}")
         if not (is_finite_number(self.warmup_fraction) and 0 < self.warmup_fraction < 1):
             raise ValueError(f"warmup_fraction must be a number in (0, 1), got {self.warmup_fraction!r}")
         if not is_finite_number(self.schedule_base) or not 0.0 <= self.schedule_base <= 1.0:

@@ -87,6 +87,27 @@ SLIM_ROTTEN_TOMATOES_RECIPES = {
     for labels in ("five", "regression")
 }
 
+# Few labels (issue 24's cell (b), where distillation from a predecessor should pay): the regression 6 -> 2 cell with
+# only 500 or 1,000 of its 7,423 training snippets labelled (a fixed sample, `Recipe.labelled_examples`). The
+# predecessor is fine-tuned on those alone, 300 steps of 32 (about 19 or 10 epochs, the best dev state kept); the
+# compression budget is the full cell's. Methods that distil (kd, theseus+kd, theseus+warmup+kd) also see the
+# unlabelled rest through the predecessor's outputs, a batch of them beside each labelled batch; the others train on
+# the labels alone.
+FEW_LABELS_RECIPES = {
+    size: register_recipe(
+        dataclasses.replace(
+            _rotten_tomatoes_recipe("regression", 2),
+            name=f"minilm-rt-regression-2l-{size}labels",
+            description=f"all-MiniLM-L6-v2 6 -> 2 layers on Rotten Tomatoes regression with {size:,} of 7,423 "
+            "training snippets labelled: distilling methods also see the rest, unlabelled",
+            predecessor=Phase(steps=300, lr=5e-5, batch_size=32, eval_every=30, warmup_steps=30),
+            labelled_examples=size,
+            methods=("theseus", "theseus+kd", "theseus+warmup+kd", "truncated", "kd"),
+        )
+    )
+    for size in (500, 1000)
+}
+
 
 # The paper's reference setup (BERT-of-Theseus §4.1): BERT-base fine-tuned 4 epochs at batch 32, lr 2e-5, then
 # compressed 12 -> 6 with b = 0.3 and lr 2e-5 (a point of the paper's grid; `theseus sweep --paper-grid` runs the

@@ -18,8 +18,9 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ..recipes import Phase
+from .data_order import DataOrder, labelled_split
 from .methods import Objective, to_device
-from .optimization import data_order_generator, optimizer_groups
+from .optimization import optimizer_groups
 from .run_directory import RunError
 
 if TYPE_CHECKING:
@@ -73,69 +74,73 @@ def train_phase(session: Session, name: str, model: nn.Module, objective: Object
         checkpoint()  # a crash before the first evaluation resumes with this stage's RNG state
 
     train = task.dataset("train")
+    labelled, unlabelled = labelled_split(len(train), recipe.labelled_examples)
     per_process = max(1, phase.batch_size // accelerator.num_processes)
-    steps_per_epoch = max(1, len(train) // phase.batch_size)
+
+    def batch_of(indices: torch.Tensor) -> object:  # this rank's share of a batch, collated, on its device
+        mine = indices[accelerator.process_index :: accelerator.num_processes][:per_process]
+        return to_device(task.collate([train[int(i)] for i in mine]), accelerator.device)
+
     # The predecessor, the compression stages (Theseus and the baselines alike: a paired comparison) and the refine
-    # stages each draw data orders of their own.
+    # stages each draw data orders of their own; unlabelled examples a stream of their own beside each.
     stream = {"predecessor": "predecessor", "refine": "refine"}.get(name.split(":")[0], "compression")
+    order = DataOrder(labelled, phase.batch_size, recipe.seed, stream)
+    extra = None
+    if objective.unlabelled is not None and len(unlabelled):
+        extra = DataOrder(unlabelled, phase.batch_size, recipe.seed, f"{stream}:unlabelled")
     bar = tqdm(total=phase.steps, initial=step, desc=name, disable=not (session.progress and session.main), leave=False)
     forward = session.forward_rng.active if session.forward_rng is not None else nullcontext
     while step < phase.steps and not stop:
-        epoch, offset = divmod(step, steps_per_epoch)
-        order = torch.randperm(len(train), generator=data_order_generator(recipe.seed, stream, epoch))
-        for index in range(offset, steps_per_epoch):
-            batch_indices = order[index * phase.batch_size : (index + 1) * phase.batch_size]
-            mine = batch_indices[accelerator.process_index :: accelerator.num_processes][:per_process]
-            batch = to_device(task.collate([train[int(i)] for i in mine]), accelerator.device)
-            if theseus is not None:
-                theseus.rate = schedule(step)
-            for parameter in late:
-                parameter.requires_grad_(theseus is not None and theseus.rate >= 1.0)
-            lr = phase.lr_at(step)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            model.train()
-            with forward():  # this rank's dropout masks
-                value, _ = objective.loss(model, batch)
-                mean = accelerator.reduce(value.detach(), "mean").item()  # over ranks: what is logged
-                if not math.isfinite(mean):  # on every rank alike, since the mean is the same everywhere
-                    raise RunError(
-                        f"the loss of step {step + 1} of {name} is {mean}: the run stops, its last good "
-                        f"checkpoint kept; lower the learning rate ({lr:g}) or look at the data, then --resume",
-                        on_every_rank=session.processes > 1,
-                        quiet=not session.main,
-                    )
-                if value.requires_grad:  # every group on its frozen predecessor: nothing to learn this step
-                    accelerator.backward(value)
-            record = {"phase": name, "step": step + 1, "loss": mean, "lr": lr}
-            if value.requires_grad:
-                if phase.max_grad_norm is not None:
-                    norm = accelerator.clip_grad_norm_(objective.trained, phase.max_grad_norm)
-                    record["grad_norm"] = float(norm)
-                optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            step += 1
-            bar.update(1)
-            if theseus is not None:
-                record["rate"] = theseus.rate
-            evaluate = step % phase.eval_every == 0 or step == phase.steps
-            if evaluate:
-                metrics = session.evaluate(unwrapped, theseus, record, step)
-                record["dev"] = metrics
-                value = metrics[task.metric]
-                at_one = theseus is None or theseus.rate >= 1.0
-                if value > best["metric"]:
-                    best = {"metric": value, "step": step, "weights": cpu_state(unwrapped), "evaluations_since": 0}
-                elif at_one:
-                    best["evaluations_since"] += 1
-                patience = recipe.patience if theseus is not None else None
-                stop = patience is not None and at_one and best["evaluations_since"] >= patience
-                bar.set_postfix({task.metric: f"{value:.4f}", **({"p": f"{theseus.rate:.2f}"} if theseus else {})})
-            session.log(record)
-            if evaluate:
-                checkpoint()  # after the log line, so that a resume keeps it
-            if step >= phase.steps or stop:
-                break
+        batch = batch_of(order.batch(step))
+        if theseus is not None:
+            theseus.rate = schedule(step)
+        for parameter in late:
+            parameter.requires_grad_(theseus is not None and theseus.rate >= 1.0)
+        lr = phase.lr_at(step)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        model.train()
+        with forward():  # this rank's dropout masks
+            value, _ = objective.loss(model, batch)
+            if extra is not None:  # few labels: the label-free part of the loss on as many unlabelled examples
+                value = value + objective.unlabelled(model, batch_of(extra.batch(step)))[0]
+            mean = accelerator.reduce(value.detach(), "mean").item()  # over ranks: what is logged
+            if not math.isfinite(mean):  # on every rank alike, since the mean is the same everywhere
+                raise RunError(
+                    f"the loss of step {step + 1} of {name} is {mean}: the run stops, its last good "
+                    f"checkpoint kept; lower the learning rate ({lr:g}) or look at the data, then --resume",
+                    on_every_rank=session.processes > 1,
+                    quiet=not session.main,
+                )
+            if value.requires_grad:  # every group on its frozen predecessor: nothing to learn this step
+                accelerator.backward(value)
+        record = {"phase": name, "step": step + 1, "loss": mean, "lr": lr}
+        if value.requires_grad:
+            if phase.max_grad_norm is not None:
+                norm = accelerator.clip_grad_norm_(objective.trained, phase.max_grad_norm)
+                record["grad_norm"] = float(norm)
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        bar.update(1)
+        if theseus is not None:
+            record["rate"] = theseus.rate
+        evaluate = step % phase.eval_every == 0 or step == phase.steps
+        if evaluate:
+            metrics = session.evaluate(unwrapped, theseus, record, step)
+            record["dev"] = metrics
+            value = metrics[task.metric]
+            at_one = theseus is None or theseus.rate >= 1.0
+            if value > best["metric"]:
+                best = {"metric": value, "step": step, "weights": cpu_state(unwrapped), "evaluations_since": 0}
+            elif at_one:
+                best["evaluations_since"] += 1
+            patience = recipe.patience if theseus is not None else None
+            stop = patience is not None and at_one and best["evaluations_since"] >= patience
+            bar.set_postfix({task.metric: f"{value:.4f}", **({"p": f"{theseus.rate:.2f}"} if theseus else {})})
+        session.log(record)
+        if evaluate:
+            checkpoint()  # after the log line, so that a resume keeps it
     bar.close()
     for parameter in late:
         parameter.requires_grad_(False)

@@ -41,13 +41,16 @@ Loss = Callable[[nn.Module, Any], tuple[torch.Tensor, torch.Tensor]]
 
 @dataclass
 class Objective:
-    """What one stage trains: ``parameters`` (named groups; the last of two is frozen until p = 1), ``loss``, and for
-    a replacing stage the Theseus handle and ``schedule`` (p as a function of the stage's step)."""
+    """What one stage trains: ``parameters`` (named groups; the last of two is frozen until p = 1), ``loss``, for
+    a replacing stage the Theseus handle and ``schedule`` (p as a function of the stage's step), and ``unlabelled``:
+    the part of the loss that needs no label, which a recipe with ``labelled_examples`` also applies to a batch of
+    unlabelled examples each step (``None``: the loss needs labels throughout)."""
 
     parameters: list[ParameterGroup]
     loss: Loss
     theseus: th.Theseus | None = None
     schedule: Callable[[int], float] | None = None
+    unlabelled: Loss | None = None
 
     @property
     def trained(self) -> list[nn.Parameter]:
@@ -116,12 +119,12 @@ def task_loss(task: Task) -> Loss:
     return loss
 
 
-def distillation_loss(context: Context, alpha: float) -> Loss:
+def distillation_loss(context: Context, alpha: float, teacher: nn.Module | None = None) -> Loss:
     """Vanilla KD: ``alpha`` · task loss + ``(1 - alpha)`` · T² · KL(teacher ‖ student) at the recipe's temperature
     T (mean squared error between the outputs when they are single regression values), from one forward of the
-    student."""
+    student. ``teacher``: a `frozen_teacher` of the predecessor to share (default: a copy of its own)."""
     task, temperature = context.task, context.recipe.kd_temperature
-    teacher = frozen_teacher(context.predecessor, context.device)
+    teacher = frozen_teacher(context.predecessor, context.device) if teacher is None else teacher
 
     def loss(student: nn.Module, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
         with torch.no_grad():
@@ -133,14 +136,32 @@ def distillation_loss(context: Context, alpha: float) -> Loss:
     return loss
 
 
-def replacing_loss(context: Context, theseus: th.Theseus) -> Loss:
+def soft_loss(context: Context, weight: float, teacher: nn.Module | None = None) -> Loss:
+    """The label-free part of a distillation loss: ``weight`` · T² · KL(teacher ‖ student) of the frozen
+    predecessor's logits (`distillation_loss`'s second term), for unlabelled batches; ``teacher`` as there."""
+    task, temperature = context.task, context.recipe.kd_temperature
+    teacher = frozen_teacher(context.predecessor, context.device) if teacher is None else teacher
+
+    def loss(student: nn.Module, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        with torch.no_grad():
+            target = task.logits(teacher, batch)
+        logits = task.logits(student, batch)
+        return weight * prediction_loss(logits, target, temperature), logits
+
+    return loss
+
+
+def replacing_loss(context: Context, theseus: th.Theseus, teacher: nn.Module | None = None) -> Loss:
     """The task loss, plus the extensions the recipe asks for (``kd_weight``, ``consistency_weight``: `Recipe`
-    docs); the task loss alone, as the paper has it, when it asks for none."""
+    docs); the task loss alone, as the paper has it, when it asks for none. ``teacher`` as in `distillation_loss`."""
     task, recipe = context.task, context.recipe
     kd_weight, consistency_weight = recipe.kd_weight, recipe.consistency_weight
     if not kd_weight and not consistency_weight:
         return task_loss(task)
-    teacher = frozen_teacher(context.predecessor, context.device) if kd_weight else None
+    if not kd_weight:
+        teacher = None
+    elif teacher is None:
+        teacher = frozen_teacher(context.predecessor, context.device)
     consistency = ConsistencyLoss(theseus) if consistency_weight else None
 
     def loss(model: nn.Module, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -187,18 +208,24 @@ class Theseus(Method):
 
             def warm() -> Objective:
                 parameters = [("successors", list(theseus.successor_parameters()))]
-                return Objective(parameters, BlockwiseWarmup(context.task, theseus), theseus, lambda step: 0.0)
+                warmup_loss = BlockwiseWarmup(context.task, theseus)  # needs no label
+                return Objective(parameters, warmup_loss, theseus, lambda step: 0.0, unlabelled=warmup_loss)
 
             stages.append(Stage("warmup" + self.suffix, warmup, warm))
 
         def objective() -> Objective:
+            distils = "kd" in self.modifiers or recipe.kd_weight > 0
+            teacher = frozen_teacher(context.predecessor, context.device) if distils else None
             if "kd" in self.modifiers:
-                loss = distillation_loss(context, recipe.kd_alpha)
+                loss = distillation_loss(context, recipe.kd_alpha, teacher)
+                unlabelled = soft_loss(context, 1 - recipe.kd_alpha, teacher)
             else:
-                loss = replacing_loss(context, theseus)
+                loss = replacing_loss(context, theseus, teacher)
+                unlabelled = soft_loss(context, recipe.kd_weight, teacher) if recipe.kd_weight else None
             unfreeze = "all" if "unfreeze" in self.modifiers else recipe.unfreeze_at_one
             schedule = replacing_schedule(recipe, steps_to_one)
-            return Objective(replacing_parameters(context, model, theseus, unfreeze), loss, theseus, schedule)
+            parameters = replacing_parameters(context, model, theseus, unfreeze)
+            return Objective(parameters, loss, theseus, schedule, unlabelled=unlabelled)
 
         stages.append(Stage("replacing" + self.suffix, replacing, objective))
         return Trainee(model, stages, theseus.finalize)
@@ -301,8 +328,11 @@ class Baseline(Method):
         distils = self.kind in ("kd", "direct")
 
         def objective() -> Objective:
-            loss = distillation_loss(context, context.recipe.kd_alpha) if distils else task_loss(context.task)
-            return Objective(predecessor_parameters(model), loss)
+            if not distils:
+                return Objective(predecessor_parameters(model), task_loss(context.task))
+            alpha, teacher = context.recipe.kd_alpha, frozen_teacher(context.predecessor, context.device)
+            loss, unlabelled = distillation_loss(context, alpha, teacher), soft_loss(context, 1 - alpha, teacher)
+            return Objective(predecessor_parameters(model), loss, unlabelled=unlabelled)
 
         return Trainee(model, [Stage(self.name, context.recipe.replacing, objective)], lambda: model)
 
@@ -331,7 +361,8 @@ def refine_stage(context: Context, name: str, model: nn.Module) -> Stage:
     assert refine is not None
 
     def objective() -> Objective:
-        return Objective(predecessor_parameters(model), distillation_loss(context, alpha=0.0))
+        loss = distillation_loss(context, alpha=0.0)  # the soft loss alone: label-free
+        return Objective(predecessor_parameters(model), loss, unlabelled=loss)
 
     return Stage(f"refine:{name}", refine, objective)
 

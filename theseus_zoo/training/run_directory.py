@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..recipes import Recipe
+from ..recipes import Recipe, with_defaults
 from .checkpoints import read_checkpoint
 
 CHECKPOINT = "checkpoint.pt"
@@ -104,10 +104,11 @@ def finished_predecessor(run: Path, recipe: Recipe, compression_options: tuple[s
     state = read_checkpoint(run / CHECKPOINT)
     if "predecessor" not in state["done"]:
         raise RunError(f"--predecessor-from: the run in {run} has not finished fine-tuning its predecessor")
-    theirs, ours = state["recipe"], recipe.to_dict()
+    theirs, ours = with_defaults(state["recipe"]), recipe.to_dict()
     for side in (theirs, ours):
         side["options"] = {k: v for k, v in side["options"].items() if k not in compression_options}
-    differing = [key for key in ("family", "options", "predecessor") if theirs[key] != ours[key]]
+    keys = ("family", "options", "predecessor", "labelled_examples")  # what the predecessor phase trains on
+    differing = [key for key in keys if theirs[key] != ours[key]]
     if differing:
         raise RunError(
             f"--predecessor-from: the run in {run} has another {', '.join(differing)}; its predecessor "

@@ -29,6 +29,7 @@ from ..tasks import Task, build_task
 from ..tasks.protocols import BuildsDirect, CompressionOptions, refinement
 from . import ranks
 from .checkpoints import previous_of, read_checkpoint, write_checkpoint
+from .data_order import labelled_split
 from .run_directory import CHECKPOINT, RunError, RunLock, check_writable, finished_predecessor, repair_metrics
 
 FINISHED_FILES = ("report.json", "report.md", "metrics.jsonl", "model")
@@ -147,6 +148,11 @@ class Session:
             )
         self.task = build_task(recipe.family, recipe.options, recipe.seed)
         self.task.check()
+        if recipe.labelled_examples is not None:
+            try:
+                labelled_split(len(self.task.dataset("train")), recipe.labelled_examples)
+            except ValueError as error:
+                raise RunError(str(error)) from None
         if recipe.refine is not None and refinement(self.task) is None:
             raise RunError(
                 f"the recipe has a refine phase, but the {recipe.family} family has nothing to refine with these "
