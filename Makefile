@@ -54,7 +54,7 @@ bench-deploy: install
 	mkdir -p $(DEPLOY)
 	ls $(DEPLOY)/llama_cpp_python-*.tar.gz >/dev/null 2>&1 || \
 		$(BIN)/pip download --quiet --no-deps --no-binary :all: $(LLAMA_CPP) -d $(DEPLOY)
-	$(BIN)/python -c "import llama_cpp" 2>/dev/null || CMAKE_BUILD_PARALLEL_LEVEL=1 \
+	$(BIN)/python -c "import llama_cpp" 2>/dev/null || CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
 		CMAKE_ARGS="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF" \
 		$(BIN)/pip install $(DEPLOY)/llama_cpp_python-*.tar.gz
 	$(BIN)/pip install --quiet sentencepiece  # convert_hf_to_gguf.py tries it first for Llama vocabularies

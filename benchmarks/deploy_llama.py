@@ -122,9 +122,16 @@ def measure(folder: Path, gguf: Path, sequences: torch.Tensor, tokenizer: Any) -
             ours = _greedy_llama(llm, ids)
             theirs = theirs.tolist()
             first = next((i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), None)
-            greedy.append(
-                {"prompt": prompt, "equal": ours == theirs, "first_difference": first, "text": tokenizer.decode(ours)}
-            )
+            entry = {
+                "prompt": prompt,
+                "equal": ours == theirs,
+                "first_difference": first,
+                "text": tokenizer.decode(ours),
+            }
+            if first is not None:  # how close a call it was: transformers' fp32 logits of the two tokens there
+                logits = fp32(torch.tensor([ids + theirs[:first]]), use_cache=False).logits[0, -1]
+                entry["fp32_logit_gap"] = (logits[theirs[first]] - logits[ours[first]]).item()
+            greedy.append(entry)
         nll_ours = nll_theirs = 0.0
         tokens = 0
         for sequence in sequences:
@@ -176,6 +183,15 @@ def markdown(result: dict[str, Any]) -> str:
         f"generation "
         f"{models['successor']['generation_tokens_per_s'] / models['predecessor']['generation_tokens_per_s']:.2f}×.\n"
     )
+    parted = [
+        f'{name}, "{g["prompt"]}": from token {g["first_difference"] + 1}, where transformers\' fp32 logits of '
+        f"its token and llama.cpp's differ by {g['fp32_logit_gap']:.3f}"
+        for name, r in models.items()
+        for g in r["greedy"]
+        if not g["equal"] and "fp32_logit_gap" in g
+    ]
+    if parted:
+        speed += "\nGreedy continuations that part: " + "; ".join(parted) + ".\n"
     return (
         "# SmolLM2 in llama.cpp (f16 GGUF from llama.cpp's converter) against transformers\n\n"
         + provenance(result)

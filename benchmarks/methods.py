@@ -10,10 +10,12 @@ metric per seed, and against the best alternative (the non-Theseus method with t
 method, Theseus-variant minus other per seed with the 95% t interval over seeds (`stats.t_interval`) beside the
 95% paired bootstrap over seeds and test examples (`stats.paired_difference_over_seeds`). Step-matched: every
 method trains the same number of optimizer steps (``+warmup`` spends part of them on blockwise distillation).
-Compute-matched: each method's measured wall-clock (its stages' ``seconds``, evaluations included, median over
-seeds) and its ratio to plain Theseus' in the same runs (same machine load; median over seeds), so a reader sees
-what a tie in steps costs in time. Writes
-``<out>/methods-<name>.json`` / ``.md`` / ``.png``.
+Compute: each method's measured wall-clock (its stages' ``seconds``, evaluations included, median over seeds) and
+its ratio to plain Theseus' in the same runs (same machine load; median over seeds), so a reader sees what a tie in
+steps costs in time. Compute-matched (``--matched DIR``): finished runs ``DIR/seed<N>/`` of methods given the steps
+that make their wall-clock the best Theseus variant's (each on that seed's predecessor, ``--predecessor-from``, so
+that they pair), compared with the best variant like the others. Writes ``<out>/methods-<name>.json`` / ``.md`` /
+``.png``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import re
 import shlex
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +77,20 @@ def collect(runs: Path, learning_rates: list[str] | None = None) -> dict[str, di
     return grid
 
 
-def summarize(grid: dict[str, dict[int, Report]]) -> dict[str, Any]:
-    """Per method: dev per learning rate, the chosen rate, test per seed there, seconds; and the comparisons."""
+def collect_matched(directory: Path) -> dict[int, Report]:
+    """``{seed: report}`` of the finished compute-matched runs ``directory/seed<N>/``."""
+    reports = {
+        int(path.parent.name.removeprefix("seed")): Report.load(path)
+        for path in sorted(directory.glob("seed*/report.json"))
+    }
+    if not reports:
+        raise SystemExit(f"no finished runs under {directory} (seed*/report.json)")
+    return reports
+
+
+def summarize(grid: dict[str, dict[int, Report]], matched: dict[int, Report] | None = None) -> dict[str, Any]:
+    """Per method: dev per learning rate, the chosen rate, test per seed there, seconds; and the comparisons; with
+    ``matched`` (`collect_matched`), the best Theseus variant against each compute-matched method too."""
     seeds = sorted(set.intersection(*(set(by_seed) for by_seed in grid.values())))  # the rate is chosen on these
     if not seeds:
         raise SystemExit("no seed is finished at every learning rate of the grid yet")
@@ -110,6 +125,22 @@ def summarize(grid: dict[str, dict[int, Report]]) -> dict[str, Any]:
                 continue
             lrs = methods[variant]["lr"], methods[other]["lr"]
             comparisons[f"{variant} − {other}"] = compare(grid, variant, lrs[0], other, lrs[1])
+    compute_matched = {}
+    for model in [m for m in next(iter(matched.values())).models if m != "predecessor"] if matched else []:
+        lr = methods[best_theseus]["lr"]
+        for seed, report in matched.items():
+            ours = grid[lr].get(seed)
+            if ours is not None and report.models["predecessor"].test_predictions != (
+                ours.models["predecessor"].test_predictions
+            ):
+                raise SystemExit(f"the compute-matched run of seed {seed} has another predecessor: it cannot pair")
+        steps = matched[min(matched)].phases[stages_of(matched[min(matched)], model)[-1]]["steps"]
+        label = f"{method_name(matched[min(matched)], model)}, {steps} steps"
+        compute_matched[label] = {
+            "test_per_seed": {seed: report.test(model) for seed, report in sorted(matched.items())},
+            "median_seconds": statistics.median(method_seconds(r, model) for r in matched.values()),
+            "comparison": compare({**grid, "matched": matched}, best_theseus, lr, model, "matched"),
+        }
     return {
         "seeds": seeds,
         "metric": first.metric,
@@ -121,6 +152,7 @@ def summarize(grid: dict[str, dict[int, Report]]) -> dict[str, Any]:
             grid, best_theseus, methods[best_theseus]["lr"], best_alternative, methods[best_alternative]["lr"]
         ),
         "comparisons": comparisons,
+        "compute_matched": compute_matched,
     }
 
 
@@ -209,9 +241,45 @@ def markdown(summary: dict[str, Any], name: str, command: str) -> str:
                 ],
                 comparison_rows,
             ),
+            *matched_section(summary, interval),
             f"\nCommand: `{command}`.\n",
         ]
     )
+
+
+def matched_section(summary: dict[str, Any], interval: Callable[[list[float] | None], str]) -> list[str]:
+    """The compute-matched comparisons as markdown lines (none without ``--matched``)."""
+    if not summary.get("compute_matched"):
+        return []
+    best = summary["methods"][summary["best_theseus"]]
+    rows = [
+        [
+            f"{best['method']} − {label}",
+            ", ".join(f"{value:+.2f}" for value in entry["comparison"]["per_seed"]),
+            f"{entry['comparison']['mean']:+.2f}",
+            interval(entry["comparison"].get("seed_interval")),
+            interval(entry["comparison"].get("test_set_interval")),
+            f"{entry['median_seconds']:.0f} s",
+            verdict(entry["comparison"]),
+        ]
+        for label, entry in summary["compute_matched"].items()
+    ]
+    return [
+        f"\nCompute-matched: methods given the steps that make their wall-clock `{best['method']}`'s "
+        f"({best['median_seconds']:.0f} s), on each seed's predecessor:\n",
+        markdown_table(
+            [
+                "comparison",
+                "per seed",
+                "mean",
+                "t interval over seeds",
+                "bootstrap (seeds × test)",
+                "its wall-clock",
+                "verdict",
+            ],
+            rows,
+        ),
+    ]
 
 
 def plot(summary: dict[str, Any], path: Path) -> None:
@@ -241,11 +309,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=Path, required=True, help="lr<LR>/seed<N>/ run directories")
     parser.add_argument("--name", required=True, help="the cell's name in the output files")
     parser.add_argument("--lrs", nargs="+", help="only these grid points (as the lr<LR> directories spell them)")
+    parser.add_argument("--matched", type=Path, help="seed<N>/ runs of methods given compute-matched steps")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", args.name):
         parser.error("--name: letters, digits, '.', '_' and '-' only")
-    summary = summarize(collect(args.runs, args.lrs))
+    summary = summarize(collect(args.runs, args.lrs), collect_matched(args.matched) if args.matched else None)
     command = "python -m benchmarks.methods " + shlex.join(sys.argv[1:] if argv is None else argv)
     text = markdown(summary, args.name, command) + f"\n![methods](methods-{args.name}.png)\n"
     write_report({"command": command, "environment": environment(), **summary}, args.out, f"methods-{args.name}", text)

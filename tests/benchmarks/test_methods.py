@@ -55,3 +55,46 @@ def test_each_method_takes_the_rate_its_dev_metric_chose_and_pairs_per_seed(tmp_
 def test_no_finished_run_is_one_line(tmp_path):
     with pytest.raises(SystemExit, match="no finished runs"):
         methods.collect(tmp_path)
+
+
+def write_matched(root, seed, test, predecessor_predictions=(0, 1)):
+    """A finished compute-matched run: truncated fine-tuning for 10 steps on the seed's predecessor."""
+    out = root / f"seed{seed}"
+    out.mkdir(parents=True)
+    report = {
+        "recipe": {"methods": ["truncated"]},
+        "metric": "accuracy",
+        "models": {
+            "predecessor": {"test": {"accuracy": 0.9}, "test_predictions": list(predecessor_predictions)},
+            "baseline:truncated": {"test": {"accuracy": test}},
+        },
+        "speedup": 1.0,
+        "phases": {"baseline:truncated": {"best_metric": 0.5, "seconds": 4.0, "steps": 10}},
+    }
+    (out / "report.json").write_text(json.dumps(report))
+
+
+def test_compute_matched_runs_pair_with_the_best_variant_on_the_same_predecessor(tmp_path):
+    for seed in range(3):
+        write_run(
+            tmp_path / "grid",
+            "1e-3",
+            seed,
+            {"theseus": 0.9, "baseline:kd": 0.5},
+            {"theseus": 0.80 + seed / 100, "baseline:kd": 0.10, "predecessor": 0.9},
+        )
+        report = tmp_path / "grid" / "lr1e-3" / f"seed{seed}" / "report.json"
+        data = json.loads(report.read_text())
+        data["models"]["predecessor"]["test_predictions"] = [0, 1]
+        report.write_text(json.dumps(data))
+        write_matched(tmp_path / "matched", seed, 0.75)
+    grid = methods.collect(tmp_path / "grid")
+    summary = methods.summarize(grid, methods.collect_matched(tmp_path / "matched"))
+    entry = summary["compute_matched"]["truncated, 10 steps"]
+    assert entry["comparison"]["per_seed"] == pytest.approx([5.0, 6.0, 7.0])
+    assert entry["median_seconds"] == 4.0
+    assert "theseus+warmup − truncated, 10 steps" in methods.markdown(summary, "cell", "command")
+
+    write_matched(tmp_path / "other", 0, 0.75, predecessor_predictions=(1, 1))
+    with pytest.raises(SystemExit, match="seed 0 has another predecessor"):
+        methods.summarize(grid, methods.collect_matched(tmp_path / "other"))
