@@ -35,6 +35,7 @@ from theseus_zoo.training.results import Report
 from .harness import environment, markdown_table, write_report
 
 RESULTS = Path(__file__).parent / "results"
+INTERVAL_COLUMNS = ["comparison", "per seed", "mean", "t interval over seeds", "bootstrap (seeds × test)"]
 
 
 def stages_of(report: Report, model: str) -> list[str]:
@@ -229,18 +230,7 @@ def markdown(summary: dict[str, Any], name: str, command: str) -> str:
             f"{interval(headline.get('test_set_interval'))}, {len(headline['seeds'])} seeds: "
             f"{verdict(headline)}.\n",
             "Paired per seed, in points (each side at its own chosen rate; step-matched):\n",
-            markdown_table(
-                [
-                    "comparison",
-                    "per seed",
-                    "mean",
-                    "t interval over seeds",
-                    "bootstrap (seeds × test)",
-                    "seeds",
-                    "verdict",
-                ],
-                comparison_rows,
-            ),
+            markdown_table([*INTERVAL_COLUMNS, "seeds", "verdict"], comparison_rows),
             *matched_section(summary, interval),
             f"\nCommand: `{command}`.\n",
         ]
@@ -267,18 +257,7 @@ def matched_section(summary: dict[str, Any], interval: Callable[[list[float] | N
     return [
         f"\nCompute-matched: methods given the steps that make their wall-clock `{best['method']}`'s "
         f"({best['median_seconds']:.0f} s), on each seed's predecessor:\n",
-        markdown_table(
-            [
-                "comparison",
-                "per seed",
-                "mean",
-                "t interval over seeds",
-                "bootstrap (seeds × test)",
-                "its wall-clock",
-                "verdict",
-            ],
-            rows,
-        ),
+        markdown_table([*INTERVAL_COLUMNS, "its wall-clock", "verdict"], rows),
     ]
 
 

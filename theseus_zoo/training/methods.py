@@ -123,22 +123,17 @@ def distillation_loss(context: Context, alpha: float, teacher: nn.Module | None 
     """Vanilla KD: ``alpha`` · task loss + ``(1 - alpha)`` · T² · KL(teacher ‖ student) at the recipe's temperature
     T (mean squared error between the outputs when they are single regression values), from one forward of the
     student. ``teacher``: a `frozen_teacher` of the predecessor to share (default: a copy of its own)."""
-    task, temperature = context.task, context.recipe.kd_temperature
-    teacher = frozen_teacher(context.predecessor, context.device) if teacher is None else teacher
-
-    def loss(student: nn.Module, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        with torch.no_grad():
-            target = task.logits(teacher, batch)
-        logits = task.logits(student, batch)
-        value = alpha * task.criterion(logits, batch) + (1 - alpha) * prediction_loss(logits, target, temperature)
-        return value, logits
-
-    return loss
+    return _distillation(context, alpha, 1 - alpha, teacher)
 
 
 def soft_loss(context: Context, weight: float, teacher: nn.Module | None = None) -> Loss:
     """The label-free part of a distillation loss: ``weight`` · T² · KL(teacher ‖ student) of the frozen
-    predecessor's logits (`distillation_loss`'s second term), for unlabelled batches; ``teacher`` as there."""
+    predecessor's logits (`distillation_loss`'s second term), for unlabelled batches: the task's criterion is never
+    called. ``teacher`` as in `distillation_loss`."""
+    return _distillation(context, 0.0, weight, teacher)
+
+
+def _distillation(context: Context, task_weight: float, soft_weight: float, teacher: nn.Module | None) -> Loss:
     task, temperature = context.task, context.recipe.kd_temperature
     teacher = frozen_teacher(context.predecessor, context.device) if teacher is None else teacher
 
@@ -146,7 +141,8 @@ def soft_loss(context: Context, weight: float, teacher: nn.Module | None = None)
         with torch.no_grad():
             target = task.logits(teacher, batch)
         logits = task.logits(student, batch)
-        return weight * prediction_loss(logits, target, temperature), logits
+        soft = soft_weight * prediction_loss(logits, target, temperature)
+        return (task_weight * task.criterion(logits, batch) + soft if task_weight else soft), logits
 
     return loss
 
