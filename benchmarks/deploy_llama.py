@@ -12,7 +12,8 @@ f16``), loaded by ``llama_cpp.Llama`` (one thread) and compared with transformer
   where they part);
 - perplexity on the first ``--sequences`` test sequences of the task (BBC News, 128 tokens), against transformers'
   in float32 (ratio; the issue's bar is within 1%);
-- prompt (a 128-token prefill) and generation (20 tokens, one at a time) tokens per second, 15 against 30 layers.
+- prompt (a 128-token prefill) and generation (20 tokens, one at a time) tokens per second, 15 against 30 layers,
+  medians over ``--rounds`` rounds in which the two models take turns (ratios per round, then their median).
 
 Writes ``benchmarks/results/deploy-llama.{json,md}`` with the commit and command.
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import math
 import shlex
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -106,12 +108,18 @@ def _nll_llama(llm: Any, ids: list[int]) -> float:
     return -torch.log_softmax(logits[:-1], -1).gather(1, torch.tensor(ids[1:])[:, None]).sum().item()
 
 
-def measure(folder: Path, gguf: Path, sequences: torch.Tensor, tokenizer: Any) -> dict[str, Any]:
-    """Greedy agreement, perplexity ratio and tokens/s of one model in llama.cpp against transformers."""
+def load(gguf: Path) -> Any:
+    """``gguf`` in ``llama_cpp.Llama``: one thread, a context of 256 tokens, every position's logits kept."""
     from llama_cpp import Llama
+
+    return Llama(model_path=str(gguf), n_ctx=256, n_batch=256, n_threads=1, logits_all=True, verbose=False)
+
+
+def measure(folder: Path, gguf: Path, sequences: torch.Tensor, tokenizer: Any) -> dict[str, Any]:
+    """Greedy agreement and perplexity ratio of one model in llama.cpp against transformers."""
     from transformers import AutoModelForCausalLM
 
-    llm = Llama(model_path=str(gguf), n_ctx=256, n_batch=256, n_threads=1, logits_all=True, verbose=False)
+    llm = load(gguf)
     fp16 = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float16).eval()
     fp32 = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     greedy = []
@@ -140,23 +148,41 @@ def measure(folder: Path, gguf: Path, sequences: torch.Tensor, tokenizer: Any) -
             logits = fp32(torch.tensor([ids]), use_cache=False).logits[0].double()
             nll_theirs += -torch.log_softmax(logits[:-1], -1).gather(1, sequence[1:, None]).sum().item()
             tokens += len(ids) - 1
-    prefill = sequences[0].tolist()
-    llm.reset()
-    start = time.perf_counter()
-    llm.eval(prefill)
-    prompt_seconds = time.perf_counter() - start
-    start = time.perf_counter()
-    for _ in range(NEW_TOKENS):
-        llm.eval([int(llm.scores[llm.n_tokens - 1].argmax())])
-    generation_seconds = time.perf_counter() - start
     return {
         "gguf_bytes": gguf.stat().st_size,
         "greedy_equal": sum(g["equal"] for g in greedy),
         "greedy": greedy,
         "perplexity_llama_cpp": math.exp(nll_ours / tokens),
         "perplexity_transformers": math.exp(nll_theirs / tokens),
-        "prompt_tokens_per_s": len(prefill) / prompt_seconds,
-        "generation_tokens_per_s": NEW_TOKENS / generation_seconds,
+    }
+
+
+def speeds(ggufs: dict[str, Path], prefill: list[int], rounds: int) -> dict[str, dict[str, float]]:
+    """Prompt tokens/s (``prefill`` in one call) and generation tokens/s (``NEW_TOKENS`` greedy tokens, one at a
+    time) of each model, the models taking turns within each of ``rounds`` rounds after a warm-up round: medians, and
+    each model's median per-round ratio to the first model, so ratios compare moments of the same load."""
+    llms = {name: load(gguf) for name, gguf in ggufs.items()}
+    seconds: dict[str, list[tuple[float, float]]] = {name: [] for name in llms}
+    for round_index in range(rounds + 1):
+        for name, llm in llms.items():
+            llm.reset()
+            start = time.perf_counter()
+            llm.eval(prefill)
+            prompt = time.perf_counter() - start
+            start = time.perf_counter()
+            for _ in range(NEW_TOKENS):
+                llm.eval([int(llm.scores[llm.n_tokens - 1].argmax())])
+            if round_index:  # the first round warms caches and pages in the weights
+                seconds[name].append((prompt, time.perf_counter() - start))
+    first = next(iter(seconds.values()))
+    return {
+        name: {
+            "prompt_tokens_per_s": len(prefill) / statistics.median(p for p, _ in timings),
+            "generation_tokens_per_s": NEW_TOKENS / statistics.median(g for _, g in timings),
+            "prompt_speed_ratio": statistics.median(p0 / p for (p0, _), (p, _) in zip(first, timings, strict=True)),
+            "generation_speed_ratio": statistics.median(g0 / g for (_, g0), (_, g) in zip(first, timings, strict=True)),
+        }
+        for name, timings in seconds.items()
     }
 
 
@@ -177,11 +203,11 @@ def markdown(result: dict[str, Any]) -> str:
             ]
         )
     models = result["models"]
+    successor = models["successor"]
     speed = (
-        f"Successor vs predecessor in llama.cpp: prompt "
-        f"{models['successor']['prompt_tokens_per_s'] / models['predecessor']['prompt_tokens_per_s']:.2f}×, "
-        f"generation "
-        f"{models['successor']['generation_tokens_per_s'] / models['predecessor']['generation_tokens_per_s']:.2f}×.\n"
+        f"Successor vs predecessor in llama.cpp (median of per-round ratios over {result['rounds']} rounds in which "
+        f"the models took turns): prompt {successor['prompt_speed_ratio']:.2f}×, generation "
+        f"{successor['generation_speed_ratio']:.2f}×.\n"
     )
     parted = [
         f'{name}, "{g["prompt"]}": from token {g["first_difference"] + 1}, where transformers\' fp32 logits of '
@@ -221,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-dir", type=Path, help="a finished causal_lm run (default: untrained truncation)")
     parser.add_argument("--layers", type=int, default=15)
     parser.add_argument("--sequences", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=5, help="timing rounds, the models taking turns in each")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -245,10 +272,17 @@ def main(argv: list[str] | None = None) -> int:
             "sequences": len(sequences),
             "models": {},
         }
+        ggufs = {}
         for name, folder in folders(args.run_dir, args.layers, scratch).items():
-            gguf, seconds = convert(script, folder, scratch / f"{name}.gguf")
-            result["models"][name] = {"convert_seconds": seconds, **measure(folder, gguf, sequences, task.tokenizer())}
+            ggufs[name], seconds = convert(script, folder, scratch / f"{name}.gguf")
+            result["models"][name] = {
+                "convert_seconds": seconds,
+                **measure(folder, ggufs[name], sequences, task.tokenizer()),
+            }
             print(name, {k: v for k, v in result["models"][name].items() if k != "greedy"}, flush=True)
+        result["rounds"] = args.rounds
+        for name, measured in speeds(ggufs, sequences[0].tolist(), args.rounds).items():
+            result["models"][name].update(measured)
     write_report(result, args.out, "deploy-llama", markdown(result))
     print(markdown(result))
     return 0
