@@ -8,8 +8,9 @@ that `theseus_zoo.tasks.causal_lm.CausalLMTask.truncated` builds, which tests th
 converted with the ``convert_hf_to_gguf.py`` shipped in the ``llama-cpp-python`` source distribution (``--outtype
 f16``), loaded by ``llama_cpp.Llama`` (one thread) and compared with transformers on the same token ids:
 
-- greedy continuations of 8 prompts for 20 tokens, against transformers' in float16 (token ids equal or not, and
-  where they part);
+- greedy continuations of 8 prompts for 20 tokens (or to the end-of-sequence token, where transformers' ``generate``
+  stops), against transformers' in float16 (token ids equal or not, where they part, and how close a call the parting
+  token was in transformers' float32 logits);
 - perplexity on the first ``--sequences`` test sequences of the task (BBC News, 128 tokens), against transformers'
   in float32 (ratio; the issue's bar is within 1%);
 - prompt (a 128-token prefill) and generation (20 tokens, one at a time) tokens per second, 15 against 30 layers,
@@ -89,13 +90,17 @@ def folders(run_dir: Path | None, layers: int, scratch: Path) -> dict[str, Path]
     return {"predecessor": predecessor, "successor": successor}
 
 
-def _greedy_llama(llm: Any, ids: list[int]) -> list[int]:
+def _greedy_llama(llm: Any, ids: list[int], stop: set[int]) -> list[int]:
+    """Up to ``NEW_TOKENS`` greedy tokens after ``ids``, ending with the first of ``stop`` (as transformers'
+    ``generate`` ends at its ``eos_token_id``)."""
     llm.reset()
     llm.eval(ids)
     out = []
     for _ in range(NEW_TOKENS):
         token = int(llm.scores[llm.n_tokens - 1].argmax())
         out.append(token)
+        if token in stop:
+            break
         llm.eval([token])
     return out
 
@@ -122,12 +127,14 @@ def measure(folder: Path, gguf: Path, sequences: torch.Tensor, tokenizer: Any) -
     llm = load(gguf)
     fp16 = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float16).eval()
     fp32 = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    eos = fp16.generation_config.eos_token_id
+    stop = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
     greedy = []
     with torch.no_grad():
         for prompt in PROMPTS:
             ids = tokenizer(prompt)["input_ids"]
             theirs = fp16.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False)[0, len(ids) :]
-            ours = _greedy_llama(llm, ids)
+            ours = _greedy_llama(llm, ids, stop)
             theirs = theirs.tolist()
             first = next((i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), None)
             entry = {
