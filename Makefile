@@ -45,22 +45,26 @@ bench: install
 	$(BIN)/python -m benchmarks.run
 
 # Opt-in, not part of `make test`: integer kernels and ONNX Runtime (benchmarks/deploy.py), then llama.cpp. llama.cpp is
-# built once, on one core (many CPU minutes), from the llama-cpp-python source distribution, which also ships the
-# convert_hf_to_gguf.py that turns SmolLM2 into GGUF (benchmarks/deploy_llama.py). RUN_DIR=runs/<a causal_lm run>
-# compares its compressed model; without it, an untrained 15-layer truncation checks the pipeline.
-LLAMA_CPP := llama-cpp-python==0.3.36
+# built once, on every core (about 20 CPU minutes), from the llama-cpp-python source distribution, which also ships the
+# convert_hf_to_gguf.py that turns SmolLM2 into GGUF (benchmarks/deploy_llama.py); the wheel is kept beside the assets
+# in the theseus cache, so another clone installs it in seconds. RUN_DIR=runs/<a causal_lm run> compares its
+# compressed model; without it, an untrained 15-layer truncation checks the pipeline.
+LLAMA_CPP_VERSION := 0.3.36
 DEPLOY := build/deploy
+WHEELS := $(or $(THESEUS_CACHE),$(HOME)/.cache/theseus)/wheels
 bench-deploy: install
-	mkdir -p $(DEPLOY)
-	ls $(DEPLOY)/llama_cpp_python-*.tar.gz >/dev/null 2>&1 || \
-		$(BIN)/pip download --quiet --no-deps --no-binary :all: $(LLAMA_CPP) -d $(DEPLOY)
-	$(BIN)/python -c "import llama_cpp" 2>/dev/null || CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
+	mkdir -p $(DEPLOY) $(WHEELS)
+	ls $(DEPLOY)/llama_cpp_python-$(LLAMA_CPP_VERSION).tar.gz >/dev/null 2>&1 || $(BIN)/pip download --quiet \
+		--no-deps --no-binary :all: llama-cpp-python==$(LLAMA_CPP_VERSION) -d $(DEPLOY)
+	ls $(WHEELS)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl >/dev/null 2>&1 || CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
 		CMAKE_ARGS="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF" \
-		$(BIN)/pip install $(DEPLOY)/llama_cpp_python-*.tar.gz
+		$(BIN)/pip wheel --no-deps -w $(WHEELS) $(DEPLOY)/llama_cpp_python-$(LLAMA_CPP_VERSION).tar.gz
+	$(BIN)/python -c "import llama_cpp" 2>/dev/null || \
+		$(BIN)/pip install --quiet $(WHEELS)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl
 	$(BIN)/pip install --quiet sentencepiece  # convert_hf_to_gguf.py tries it first for Llama vocabularies
 	$(BIN)/theseus fetch all-minilm-l6-v2 smollm2-135m-instruct bbc-news
 	$(BIN)/python -m benchmarks.deploy
-	$(BIN)/python -m benchmarks.deploy_llama --sdist $$(ls $(DEPLOY)/llama_cpp_python-*.tar.gz) \
+	$(BIN)/python -m benchmarks.deploy_llama --sdist $(DEPLOY)/llama_cpp_python-$(LLAMA_CPP_VERSION).tar.gz \
 		$(if $(RUN_DIR),--run-dir $(RUN_DIR))
 
 clean:
