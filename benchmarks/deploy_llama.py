@@ -171,7 +171,8 @@ def speeds(ggufs: dict[str, Path], prefill: list[int], rounds: int) -> dict[str,
     llms = {name: load(gguf) for name, gguf in ggufs.items()}
     seconds: dict[str, list[tuple[float, float]]] = {name: [] for name in llms}
     for round_index in range(rounds + 1):
-        for name, llm in llms.items():
+        turns = list(llms.items())
+        for name, llm in turns if round_index % 2 else reversed(turns):  # each goes first in every other round
             llm.reset()
             start = time.perf_counter()
             llm.eval(prefill)
@@ -257,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="timing rounds, the models taking turns in each")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error("--rounds: at least 1")
     torch.set_num_threads(1)
     import llama_cpp
 

@@ -131,11 +131,15 @@ def summarize(grid: dict[str, dict[int, Report]], matched: dict[int, Report] | N
         lr = methods[best_theseus]["lr"]
         for seed, report in matched.items():
             ours = grid[lr].get(seed)
-            if ours is not None and report.models["predecessor"].test_predictions != (
-                ours.models["predecessor"].test_predictions
-            ):
+            if ours is None:
+                raise SystemExit(f"a compute-matched run of seed {seed}, but no run of that seed at lr {lr} to pair it")
+            theirs, mine = (r.models["predecessor"].test_predictions for r in (report, ours))
+            if theirs is None or theirs != mine:
                 raise SystemExit(f"the compute-matched run of seed {seed} has another predecessor: it cannot pair")
-        steps = matched[min(matched)].phases[stages_of(matched[min(matched)], model)[-1]]["steps"]
+        steps = {report.phases[stages_of(report, model)[-1]]["steps"] for report in matched.values()}
+        if len(steps) != 1:
+            raise SystemExit(f"the compute-matched runs of {model} trained different numbers of steps: {sorted(steps)}")
+        (steps,) = steps
         label = f"{method_name(matched[min(matched)], model)}, {steps} steps"
         compute_matched[label] = {
             "test_per_seed": {seed: report.test(model) for seed, report in sorted(matched.items())},

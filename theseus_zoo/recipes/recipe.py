@@ -187,7 +187,9 @@ class Recipe:
             trains on batches of labelled examples (the predecessor's fine-tuning too); a stage whose loss has a
             label-free part (`theseus_zoo.training.methods.Objective.unlabelled`: the soft loss of ``kd``,
             ``direct``, ``+kd``, ``kd_weight`` and ``refine``, ``+warmup``'s blockwise loss) adds to each step a
-            batch of as many unlabelled examples, scored by that part alone. ``None``: every example is labelled.
+            batch of as many unlabelled examples, scored by that part alone. One process only; not with
+            ``consistency_weight``; labelled and unlabelled examples must each fill a batch. ``None``: every example
+            is labelled.
             (default: ``None``)
     """
 
@@ -245,6 +247,11 @@ class Recipe:
             and self.labelled_examples >= 1
         ):
             raise ValueError(f"labelled_examples must be null or an integer >= 1, got {self.labelled_examples!r}")
+        if self.labelled_examples is not None and self.consistency_weight:
+            raise ValueError(
+                "consistency_weight with labelled_examples is not supported yet (its hooks would also fire on the "
+                "unlabelled batch's forward): set one of them"
+            )
         if not (is_finite_number(self.warmup_fraction) and 0 < self.warmup_fraction < 1):
             raise ValueError(f"warmup_fraction must be a number in (0, 1), got {self.warmup_fraction!r}")
         if not is_finite_number(self.schedule_base) or not 0.0 <= self.schedule_base <= 1.0:

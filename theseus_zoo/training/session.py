@@ -24,7 +24,7 @@ from torch import nn
 
 import theseus_core as th
 
-from ..recipes import Recipe, with_defaults
+from ..recipes import Phase, Recipe, with_defaults
 from ..tasks import Task, build_task
 from ..tasks.protocols import BuildsDirect, CompressionOptions, refinement
 from . import ranks
@@ -123,6 +123,22 @@ class Session:
         session.tensorboard = _tensorboard_writer(session.out / "tensorboard") if session.main else None
         return session
 
+    def _check_few_labels(self, recipe: Recipe, phases: tuple[tuple[str, Phase | None], ...]) -> None:
+        """``labelled_examples`` within the training split, at least a batch of labelled and of unlabelled examples,
+        and one process (a step's two forwards, labelled then unlabelled, would route differently on each rank)."""
+        if self.processes > 1:
+            raise RunError("labelled_examples runs on one process for now; launch it without accelerate's processes")
+        try:
+            labelled, unlabelled = labelled_split(len(self.task.dataset("train")), recipe.labelled_examples)
+        except ValueError as error:
+            raise RunError(str(error)) from None
+        largest = max(phase.batch_size for _, phase in phases if phase is not None)
+        if min(len(labelled), len(unlabelled)) < largest:
+            raise RunError(
+                f"labelled_examples={recipe.labelled_examples} leaves {len(labelled)} labelled and {len(unlabelled)} "
+                f"unlabelled examples; each must fill a batch of {largest}"
+            )
+
     def _check(self, resume: bool, predecessor_from: Path | None) -> dict[str, Any] | None:
         """The checks before any write; reads the checkpoint to resume, builds the task, and returns the borrowed
         predecessor's record (``--predecessor-from``), or ``None``."""
@@ -149,10 +165,7 @@ class Session:
         self.task = build_task(recipe.family, recipe.options, recipe.seed)
         self.task.check()
         if recipe.labelled_examples is not None:
-            try:
-                labelled_split(len(self.task.dataset("train")), recipe.labelled_examples)
-            except ValueError as error:
-                raise RunError(str(error)) from None
+            self._check_few_labels(recipe, phases)
         if recipe.refine is not None and refinement(self.task) is None:
             raise RunError(
                 f"the recipe has a refine phase, but the {recipe.family} family has nothing to refine with these "

@@ -53,7 +53,7 @@ def test_a_steps_batch_depends_on_the_step_alone_and_every_example_once_an_epoch
 
 def test_few_labels_reach_only_label_free_losses_and_the_predecessor_is_shared_only_alike(tmp_path, monkeypatch):
     """Which training examples each stage collates and which of them its task loss (the criterion) scores, spied
-    on a run of the toy with 40 of 4,000 labels."""
+    on a run of the toy with 100 of 4,000 labels."""
     stage = {"name": None}
     collated, scored = defaultdict(set), defaultdict(set)
     by_labels: dict[int, list[int]] = {}
@@ -81,15 +81,16 @@ def test_few_labels_reach_only_label_free_losses_and_the_predecessor_is_shared_o
     monkeypatch.setattr(ToyTask, "criterion", spied_criterion)
     config = tmp_path / "few.json"
     tiny = {"predecessor": {"steps": 12, "eval_every": 6}, "replacing": {"steps": 20, "eval_every": 10}}
-    config.write_text(json.dumps({**tiny, "steps_to_one": 10, "patience": None, "labelled_examples": 40}))
+    config.write_text(json.dumps({**tiny, "steps_to_one": 10, "patience": None, "labelled_examples": 100}))
     out = tmp_path / "run"
     methods = "theseus,theseus+warmup+kd,kd,truncated"
     args = ["compress", "--recipe", "toy", "--config", str(config), "--methods", methods, "--out", str(out)]
     assert cli.main([*args, "--no-progress"]) == 0
 
-    labelled, unlabelled = (set(part.tolist()) for part in labelled_split(4000, 40))
+    labelled, unlabelled = (set(part.tolist()) for part in labelled_split(4000, 100))
     stages = ("predecessor", "replacing", "warmup:theseus+warmup+kd", "replacing:theseus+warmup+kd", "baseline:kd")
     assert set(collated) == {*stages, "baseline:truncated"}
+    assert scored["predecessor"] and scored["baseline:kd"] and scored["replacing"]  # the spy sees the task losses
     for name in collated:
         assert scored[name] <= labelled, name  # no task loss on an example without its label, in any stage
     for name in ("predecessor", "replacing", "baseline:truncated"):  # losses that all need labels
@@ -100,14 +101,24 @@ def test_few_labels_reach_only_label_free_losses_and_the_predecessor_is_shared_o
     recipe = get_recipe("toy").with_overrides(json.loads(config.read_text()))
     finished_predecessor(out, recipe)  # the same labels: its predecessor may be borrowed
     with pytest.raises(RunError, match="another labelled_examples"):
-        finished_predecessor(out, recipe.with_overrides({"labelled_examples": 80}))
+        finished_predecessor(out, recipe.with_overrides({"labelled_examples": 200}))
 
 
-def test_a_labelled_count_the_training_split_cannot_give_ends_the_run_in_one_line(tmp_path, capsys):
-    config = tmp_path / "too_many.json"
-    config.write_text(json.dumps({"labelled_examples": 4000}))
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"labelled_examples": 4000}, "labelled_examples=4000 must be below the 4000 examples of the training split"),
+        ({"labelled_examples": 10}, "leaves 10 labelled and 3990 unlabelled examples; each must fill a batch of 64"),
+        ({"labelled_examples": 3990}, "leaves 3990 labelled and 10 unlabelled examples; each must fill a batch of 64"),
+        ({"labelled_examples": 100, "consistency_weight": 0.1}, "consistency_weight with labelled_examples"),
+    ],
+)
+def test_few_labels_the_run_cannot_honour_end_it_in_one_line_before_training(tmp_path, capsys, overrides, message):
+    config = tmp_path / "few.json"
+    config.write_text(json.dumps(overrides))
     args = ["compress", "--recipe", "toy", "--config", str(config), "--out", str(tmp_path / "run"), "--no-progress"]
     assert cli.main(args) == 2
     error = capsys.readouterr().err.strip()
-    assert "labelled_examples=4000 must be below the 4000 examples of the training split" in error
+    assert message in error
     assert len(error.splitlines()) == 1
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
