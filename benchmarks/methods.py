@@ -2,7 +2,8 @@
 
     python -m benchmarks.methods --runs runs/i24/gcn --name gcn-polblogs [--out benchmarks/results]
 
-Reads the finished runs ``<runs>/lr<LR>/seed<N>/report.json`` (each one `theseus compress --methods ...` run: every
+Reads the finished runs ``<runs>/lr<LR>/seed<N>/report.json``, or ``<runs>/seed<N>/report.json`` at the recipe's rate
+(each one `theseus compress --methods ...` run: every
 method of the cell on one seed's predecessor, data order and test examples; `benchmarks/configs/issue24-*.sh` makes
 them). For each method it picks the learning rate with the best mean dev metric over the seeds that every grid
 point has (the best dev state of the method's last stage, what the run kept), then reports at that rate: the test
@@ -66,13 +67,19 @@ def method_name(report: Report, model: str) -> str:
 
 
 def collect(runs: Path, learning_rates: list[str] | None = None) -> dict[str, dict[int, Report]]:
-    """``{lr: {seed: report}}`` of the finished runs under ``runs`` (those of ``learning_rates`` when given)."""
+    """``{lr: {seed: report}}`` of the finished runs under ``runs`` (those of ``learning_rates`` when given): the
+    ``lr<LR>/seed<N>/`` of a grid, or else ``seed<N>/`` runs at their recipe's replacing rate."""
     grid: dict[str, dict[int, Report]] = {}
     for report_path in sorted(runs.glob("lr*/seed*/report.json")):
         lr, seed = report_path.parent.parent.name.removeprefix("lr"), int(report_path.parent.name.removeprefix("seed"))
         if learning_rates is not None and lr not in learning_rates:
             continue
         grid.setdefault(lr, {})[seed] = Report.load(report_path)
+    if not grid:  # one grid point: seed<N>/ runs at the recipe's own rate
+        for report_path in sorted(runs.glob("seed*/report.json")):
+            report = Report.load(report_path)
+            lr = f"{report.recipe['replacing']['lr']:g}"
+            grid.setdefault(lr, {})[int(report_path.parent.name.removeprefix("seed"))] = report
     if not grid:
         raise SystemExit(f"no finished runs under {runs} (lr*/seed*/report.json)")
     return grid

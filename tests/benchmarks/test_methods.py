@@ -98,3 +98,14 @@ def test_compute_matched_runs_pair_with_the_best_variant_on_the_same_predecessor
     write_matched(tmp_path / "other", 0, 0.75, predecessor_predictions=(1, 1))
     with pytest.raises(SystemExit, match="seed 0 has another predecessor"):
         methods.summarize(grid, methods.collect_matched(tmp_path / "other"))
+
+
+def test_seed_runs_without_a_grid_are_one_grid_point_at_the_recipes_rate(tmp_path):
+    for seed in range(2):
+        write_run(tmp_path / "grid", "1e-3", seed, {"theseus": 0.9, "baseline:kd": 0.5}, {"theseus": 0.8})
+        report = json.loads((tmp_path / "grid" / "lr1e-3" / f"seed{seed}" / "report.json").read_text())
+        report["recipe"]["replacing"] = {"lr": 3e-4}
+        (tmp_path / "flat" / f"seed{seed}").mkdir(parents=True)
+        (tmp_path / "flat" / f"seed{seed}" / "report.json").write_text(json.dumps(report))
+    grid = methods.collect(tmp_path / "flat")
+    assert list(grid) == ["0.0003"] and sorted(grid["0.0003"]) == [0, 1]
