@@ -9,7 +9,9 @@ own code: `Run`'s loss and parameter choices, `optimizer_groups`, clipping). It 
 (forward, backward, clipping, AdamW) per method on the same batch with the same routes, in interleaved rounds
 (a, b, c, a, b, c, ...: load on a shared machine hits every method alike) after a warm-up round, and reports each
 method's median and its ratio to Theseus' step at the same replacing rate p (a baseline has no p: it is measured
-again alongside each rate). Writes ``<out>/step-cost-<recipe>.json`` and ``.md``.
+again alongside each rate). With few labels (a recipe with ``labelled_examples``), a method whose loss has a
+label-free part (`Objective.unlabelled`: the distilling ones) also scores a batch of unlabelled examples each step,
+as `theseus compress` does, and its step is timed with it. Writes ``<out>/step-cost-<recipe>.json`` and ``.md``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from torch import nn
 
 from theseus_zoo.recipes import get_recipe
 from theseus_zoo.tasks import build_task
+from theseus_zoo.training.data_order import labelled_split
 from theseus_zoo.training.loop import optimizer_for
 from theseus_zoo.training.methods import Context, methods_of
 
@@ -37,10 +40,13 @@ from .harness import environment, markdown_table, write_report
 Step = Callable[[float], None]
 
 
-def method_step(method: str, recipe_name: str, predecessor: nn.Module, batch: Any) -> tuple[Step, nn.Module]:
+def method_step(
+    method: str, recipe_name: str, predecessor: nn.Module, batch: Any, unlabelled_batch: Any = None
+) -> tuple[Step, nn.Module]:
     """One training step of ``method`` (a `benchmarks.compare.METHODS` name) as a function of the replacing rate, and
     the model it trains: the model, parameters, loss and optimizer that `theseus compress` builds
-    (`theseus_zoo.training.methods`, `theseus_zoo.training.loop.optimizer_for`)."""
+    (`theseus_zoo.training.methods`, `theseus_zoo.training.loop.optimizer_for`); with ``unlabelled_batch``, the
+    loss's label-free part (if it has one) is also applied to it, as the loop does with few labels."""
     recipe = get_recipe(recipe_name).with_overrides({**METHODS[method], "predecessor": None})
     task = build_task(recipe.family, recipe.options, recipe.seed)
     task.check()
@@ -57,6 +63,8 @@ def method_step(method: str, recipe_name: str, predecessor: nn.Module, batch: An
         for parameter in objective.late:
             parameter.requires_grad_(rate >= 1.0)
         value, _ = objective.loss(model, batch)
+        if unlabelled_batch is not None and objective.unlabelled is not None:
+            value = value + objective.unlabelled(model, unlabelled_batch)[0]
         if value.requires_grad:
             value.backward()
             torch.nn.utils.clip_grad_norm_(objective.trained, stage.phase.max_grad_norm or float("inf"))
@@ -103,8 +111,13 @@ def main(argv: list[str] | None = None) -> None:
     task = build_task(recipe.family, recipe.options, recipe.seed)
     predecessor = task.build_predecessor()
     train = task.dataset("train")
-    batch = task.collate([train[i] for i in range(recipe.replacing.batch_size)])
-    steps = {method: method_step(method, args.recipe, predecessor, batch)[0] for method in args.methods}
+    labelled, unlabelled = labelled_split(len(train), recipe.labelled_examples)
+    size = recipe.replacing.batch_size
+    batch = task.collate([train[int(i)] for i in labelled[:size]])
+    unlabelled_batch = task.collate([train[int(i)] for i in unlabelled[:size]]) if len(unlabelled) else None
+    steps = {
+        method: method_step(method, args.recipe, predecessor, batch, unlabelled_batch)[0] for method in args.methods
+    }
     seconds = measure(steps, args.rates, args.rounds)
     rows, results = [], {}
     for rate, by_method in seconds.items():
@@ -118,7 +131,14 @@ def main(argv: list[str] | None = None) -> None:
     markdown = "\n".join(
         [
             f"# One training step of each method on `{args.recipe}`\n",
-            f"Batch of {recipe.replacing.batch_size}, {args.threads} thread(s); median of {args.rounds} interleaved "
+            f"Batch of {size}"
+            + (
+                f" ({recipe.labelled_examples:,} labelled examples: distilling methods also score a batch of "
+                f"{size} unlabelled ones)"
+                if unlabelled_batch is not None
+                else ""
+            )
+            + f", {args.threads} thread(s); median of {args.rounds} interleaved "
             "rounds after a warm-up; ratio to Theseus' step at the same p (a baseline has no p: it is measured again "
             "alongside each rate, shown in parentheses).\n",
             markdown_table(["method", "p", "ms per step (median)", "× Theseus"], rows),

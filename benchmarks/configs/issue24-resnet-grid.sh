@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Issue 24 cell (a): ResNet-34 -> 8 MobileNetV2 / ShuffleNetV2 blocks on Fashion-MNIST, every method in one run per
 # (kind, seed), one thread per run. Seed 0 of MobileNetV2 trains the shared ResNet-34 predecessor (1,812 steps); every
-# other run borrows it. Usage: issue24-resnet-grid.sh KIND [SEEDS...] (KIND: mobilenet-v2 | shufflenet-v2). Rerun to
-# resume: finished runs are kept, interrupted ones resume from their checkpoint.
+# other run borrows it (SOURCE_RUN=DIR borrows another run's, e.g. one made with METHODS=truncated, which trains the
+# same predecessor: it depends on the seed only). Usage: issue24-resnet-grid.sh KIND [SEEDS...] (KIND: mobilenet-v2 |
+# shufflenet-v2). Rerun to resume: finished runs are kept, interrupted ones resume from their checkpoint.
 cd "$(dirname "$0")/../.."
 METHODS=${METHODS:-theseus,theseus+warmup,theseus+warmup+kd,truncated,kd}
 kind=$1; shift
-source_run=runs/i24/resnet/mobilenet-v2/seed0
+source_run=${SOURCE_RUN:-runs/i24/resnet/mobilenet-v2/seed0}
 seeds=("$@"); [ ${#seeds[@]} -eq 0 ] && seeds=(0 1 2 3 4)
 for seed in "${seeds[@]}"; do
   out=runs/i24/resnet/$kind/seed$seed

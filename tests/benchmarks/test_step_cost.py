@@ -37,3 +37,23 @@ def test_the_command_writes_a_ratio_per_method_and_rate(tmp_path):
     results = json.loads((tmp_path / "step-cost-toy.json").read_text())
     assert results["theseus p=0.5"]["ratio_to_theseus"] == 1.0
     assert results["kd p=1"]["median_seconds"] > 0
+
+
+def test_with_few_labels_only_a_distilling_step_also_scores_the_unlabelled_batch():
+    recipe = get_recipe("toy")
+    task = build_task(recipe.family, recipe.options, recipe.seed)
+    predecessor = task.build_predecessor()
+    train = task.dataset("train")
+    batch, unlabelled = task.collate(train[:8]), task.collate(train[8:16])
+
+    def after_one_step(method, unlabelled_batch):
+        torch.manual_seed(0)
+        step, model = step_cost.method_step(method, "toy", predecessor, batch, unlabelled_batch)
+        step(1.0)
+        return {name: parameter.detach().clone() for name, parameter in model.named_parameters()}
+
+    def same(a, b):
+        return all(torch.equal(a[name], b[name]) for name in a)
+
+    assert not same(after_one_step("kd", None), after_one_step("kd", unlabelled))  # its soft loss sees them
+    assert same(after_one_step("truncated", None), after_one_step("truncated", unlabelled))  # labels only
