@@ -1,15 +1,17 @@
-"""Every method of one cell at its own best learning rate, chosen on dev, over seeds (issue 24).
+"""Every method of one cell at its own best settings, chosen on dev, over seeds (issue 24).
 
     python -m benchmarks.methods --runs runs/i24/gcn --name gcn-polblogs [--out benchmarks/results]
 
-Reads the finished runs ``<runs>/lr<LR>/seed<N>/report.json``, or ``<runs>/seed<N>/report.json`` at the recipe's rate
-(each one `theseus compress --methods ...` run: every
-method of the cell on one seed's predecessor, data order and test examples; `benchmarks/configs/issue24-*.sh` makes
-them). For each method it picks the learning rate with the best mean dev metric over the seeds that every grid
-point has (the best dev state of the method's last stage, what the run kept), then reports at that rate: the test
-metric per seed, and against the best alternative (the non-Theseus method with the best mean dev) and every other
-method, Theseus-variant minus other per seed with the 95% t interval over seeds (`stats.t_interval`) beside the
-95% paired bootstrap over seeds and test examples (`stats.paired_difference_over_seeds`). Step-matched: every
+Reads the finished runs ``<runs>/lr<SETTING>/seed<N>/report.json``, or ``<runs>/seed<N>/report.json`` at the
+recipe's rate (each one `theseus compress --methods ...` run: every method it names on one seed's predecessor, data
+order and test examples; `benchmarks/configs/issue24-*.sh` makes them). A setting is a learning rate (``lr1e-2``),
+or one with a point of the replacing schedule (``lr1e-2-b0.1-one50``: base rate b and ``steps_to_one``), whose runs
+may train the Theseus variants alone. For each method it picks, among the settings it was run at, the one with the
+best mean dev metric over the seeds that every setting has (the best dev state of the method's last stage, what the
+run kept), then reports at that setting: the test metric per seed, and against the best alternative (the
+non-Theseus method with the best mean dev) and every other method, Theseus-variant minus other per seed with the
+95% t interval over seeds (`stats.t_interval`) beside the 95% paired bootstrap over seeds and test examples
+(`stats.paired_difference_over_seeds`). Step-matched: every
 method trains the same number of optimizer steps (``+warmup`` spends part of them on blockwise distillation).
 Compute: each method's measured wall-clock (its stages' ``seconds``, evaluations included, median over seeds) and
 its ratio to plain Theseus' in the same runs (same machine load; median over seeds), so a reader sees what a tie in
@@ -66,15 +68,15 @@ def method_name(report: Report, model: str) -> str:
     return next(name for name in methods if name.split("+")[0] == "theseus")
 
 
-def collect(runs: Path, learning_rates: list[str] | None = None) -> dict[str, dict[int, Report]]:
-    """``{lr: {seed: report}}`` of the finished runs under ``runs`` (those of ``learning_rates`` when given): the
-    ``lr<LR>/seed<N>/`` of a grid, or else ``seed<N>/`` runs at their recipe's replacing rate."""
+def collect(runs: Path, settings: list[str] | None = None) -> dict[str, dict[int, Report]]:
+    """``{setting: {seed: report}}`` of the finished runs under ``runs`` (those of ``settings`` when given): the
+    ``lr<SETTING>/seed<N>/`` of a grid, or else ``seed<N>/`` runs at their recipe's replacing rate."""
     grid: dict[str, dict[int, Report]] = {}
     for report_path in sorted(runs.glob("lr*/seed*/report.json")):
-        lr, seed = report_path.parent.parent.name.removeprefix("lr"), int(report_path.parent.name.removeprefix("seed"))
-        if learning_rates is not None and lr not in learning_rates:
+        setting = report_path.parent.parent.name.removeprefix("lr")
+        if settings is not None and setting not in settings:
             continue
-        grid.setdefault(lr, {})[seed] = Report.load(report_path)
+        grid.setdefault(setting, {})[int(report_path.parent.name.removeprefix("seed"))] = Report.load(report_path)
     if not grid:  # one grid point: seed<N>/ runs at the recipe's own rate
         for report_path in sorted(runs.glob("seed*/report.json")):
             report = Report.load(report_path)
@@ -97,26 +99,30 @@ def collect_matched(directory: Path) -> dict[int, Report]:
 
 
 def summarize(grid: dict[str, dict[int, Report]], matched: dict[int, Report] | None = None) -> dict[str, Any]:
-    """Per method: dev per learning rate, the chosen rate, test per seed there, seconds; and the comparisons; with
-    ``matched`` (`collect_matched`), the best Theseus variant against each compute-matched method too."""
-    seeds = sorted(set.intersection(*(set(by_seed) for by_seed in grid.values())))  # the rate is chosen on these
+    """Per method: dev per setting it ran at, the chosen setting, test per seed there, seconds; and the comparisons;
+    with ``matched`` (`collect_matched`), the best Theseus variant against each compute-matched method too."""
+    seeds = sorted(set.intersection(*(set(by_seed) for by_seed in grid.values())))  # settings are chosen on these
     if not seeds:
-        raise SystemExit("no seed is finished at every learning rate of the grid yet")
+        raise SystemExit("no seed is finished at every setting of the grid yet")
     first = grid[next(iter(grid))][seeds[0]]
     models = [model for model in first.models if model != "predecessor"]
     methods: dict[str, Any] = {}
     for model in models:
-        dev = {lr: statistics.mean(best_dev(grid[lr][seed], model) for seed in seeds) for lr in grid}
+        dev = {
+            setting: statistics.mean(best_dev(by_seed[seed], model) for seed in seeds)
+            for setting, by_seed in grid.items()
+            if all(model in by_seed[seed].models for seed in seeds)
+        }
         chosen = max(dev, key=dev.get)
-        reports = dict(sorted(grid[chosen].items()))  # tested on every seed finished at the chosen rate
+        reports = dict(sorted(grid[chosen].items()))  # tested on every seed finished at the chosen setting
         seconds = [method_seconds(r, model) for r in reports.values()]
         within = [  # the method's seconds over plain Theseus' in the same run: the same machine load
             method_seconds(r, model) / method_seconds(r, "theseus") for r in reports.values() if "theseus" in r.models
         ]
         methods[model] = {
             "method": method_name(first, model),
-            "dev_by_lr": dev,
-            "lr": chosen,
+            "dev_by_setting": dev,
+            "setting": chosen,
             "test_per_seed": {seed: report.test(model) for seed, report in reports.items()},
             "test_mean": statistics.mean(report.test(model) for report in reports.values()),
             "median_seconds": statistics.median(seconds),
@@ -124,22 +130,24 @@ def summarize(grid: dict[str, dict[int, Report]], matched: dict[int, Report] | N
         }
     theseus_like = [model for model in models if not model.startswith("baseline:")]
     alternatives = [model for model in models if model.startswith("baseline:")]
-    best_theseus = max(theseus_like, key=lambda model: max(methods[model]["dev_by_lr"].values()))
-    best_alternative = max(alternatives, key=lambda model: max(methods[model]["dev_by_lr"].values()))
+    best_theseus = max(theseus_like, key=lambda model: max(methods[model]["dev_by_setting"].values()))
+    best_alternative = max(alternatives, key=lambda model: max(methods[model]["dev_by_setting"].values()))
     comparisons = {}
     for variant in theseus_like:
         for other in models:
             if other == variant or (other in theseus_like and other != "theseus"):
                 continue
-            lrs = methods[variant]["lr"], methods[other]["lr"]
-            comparisons[f"{variant} − {other}"] = compare(grid, variant, lrs[0], other, lrs[1])
+            settings = methods[variant]["setting"], methods[other]["setting"]
+            comparisons[f"{variant} − {other}"] = compare(grid, variant, settings[0], other, settings[1])
     compute_matched = {}
     for model in [m for m in next(iter(matched.values())).models if m != "predecessor"] if matched else []:
-        lr = methods[best_theseus]["lr"]
+        setting = methods[best_theseus]["setting"]
         for seed, report in matched.items():
-            ours = grid[lr].get(seed)
+            ours = grid[setting].get(seed)
             if ours is None:
-                raise SystemExit(f"a compute-matched run of seed {seed}, but no run of that seed at lr {lr} to pair it")
+                raise SystemExit(
+                    f"a compute-matched run of seed {seed}, but no run of that seed at setting {setting} to pair it"
+                )
             theirs, mine = (r.models["predecessor"].test_predictions for r in (report, ours))
             if theirs is None or theirs != mine:
                 raise SystemExit(f"the compute-matched run of seed {seed} has another predecessor: it cannot pair")
@@ -151,35 +159,35 @@ def summarize(grid: dict[str, dict[int, Report]], matched: dict[int, Report] | N
         compute_matched[label] = {
             "test_per_seed": {seed: report.test(model) for seed, report in sorted(matched.items())},
             "median_seconds": statistics.median(method_seconds(r, model) for r in matched.values()),
-            "comparison": compare({**grid, "matched": matched}, best_theseus, lr, model, "matched"),
+            "comparison": compare({**grid, "matched": matched}, best_theseus, setting, model, "matched"),
         }
     return {
         "seeds": seeds,
         "metric": first.metric,
-        "learning_rates": list(grid),
+        "settings": list(grid),
         "methods": methods,
         "best_theseus": best_theseus,
         "best_alternative": best_alternative,
         "headline": compare(
-            grid, best_theseus, methods[best_theseus]["lr"], best_alternative, methods[best_alternative]["lr"]
+            grid, best_theseus, methods[best_theseus]["setting"], best_alternative, methods[best_alternative]["setting"]
         ),
         "comparisons": comparisons,
         "compute_matched": compute_matched,
     }
 
 
-def compare(grid: dict[str, dict[int, Report]], a: str, lr_a: str, b: str, lr_b: str) -> dict:
-    """``a`` (at ``lr_a``) minus ``b`` (at ``lr_b``) in points, paired per seed (same predecessor, data order and
-    test examples) over the seeds finished at both rates: per seed, mean, 95% t interval over seeds, 95% bootstrap
-    over seeds and test examples."""
-    seeds = sorted(set(grid[lr_a]) & set(grid[lr_b]))
-    per_seed = [100 * (grid[lr_a][seed].test(a) - grid[lr_b][seed].test(b)) for seed in seeds]
+def compare(grid: dict[str, dict[int, Report]], a: str, setting_a: str, b: str, setting_b: str) -> dict:
+    """``a`` (at ``setting_a``) minus ``b`` (at ``setting_b``) in points, paired per seed (same predecessor, data
+    order and test examples) over the seeds finished at both settings: per seed, mean, 95% t interval over seeds, 95%
+    bootstrap over seeds and test examples."""
+    seeds = sorted(set(grid[setting_a]) & set(grid[setting_b]))
+    per_seed = [100 * (grid[setting_a][seed].test(a) - grid[setting_b][seed].test(b)) for seed in seeds]
     result: dict[str, Any] = {"seeds": seeds, "per_seed": per_seed, "mean": statistics.mean(per_seed)}
     if len(seeds) >= 2:
         result["seed_interval"] = list(stats.t_interval(per_seed))
-    report = grid[lr_a][seeds[0]]
+    report = grid[setting_a][seeds[0]]
     if report.test_labels is not None:
-        pairs = {seed: (grid[lr_a][seed].scorer(a), grid[lr_b][seed].scorer(b)) for seed in seeds}
+        pairs = {seed: (grid[setting_a][seed].scorer(a), grid[setting_b][seed].scorer(b)) for seed in seeds}
         over = stats.paired_difference_over_seeds(pairs, len(report.test_labels))
         result["test_set_interval"] = [100 * over["low"], 100 * over["high"]]
     return result
@@ -200,8 +208,8 @@ def markdown(summary: dict[str, Any], name: str, command: str) -> str:
     method_rows = [
         [
             entry["method"],
-            ", ".join(f"{lr}: {value:.4f}" for lr, value in entry["dev_by_lr"].items()),
-            entry["lr"],
+            ", ".join(f"{setting}: {value:.4f}" for setting, value in entry["dev_by_setting"].items()),
+            entry["setting"],
             f"{entry['test_mean']:.4f}",
             ", ".join(f"{value:.4f}" for value in entry["test_per_seed"].values()),
             f"{entry['median_seconds']:.0f} s"
@@ -225,22 +233,22 @@ def markdown(summary: dict[str, Any], name: str, command: str) -> str:
     best, alternative = summary["methods"][summary["best_theseus"]], summary["methods"][summary["best_alternative"]]
     return "\n".join(
         [
-            f"# Every method at its own best learning rate: `{name}`\n",
-            f"Mean dev {metric} per learning rate (best dev state of the method's last stage, mean over seeds {seeds}, "
-            "those finished at every rate), "
-            f"the rate chosen on it, and the test {metric} there over every seed finished at that rate; wall-clock of "
-            "the method's stages (median over "
+            f"# Every method at its own best settings: `{name}`\n",
+            f"Mean dev {metric} per setting the method ran at (learning rate, and for a schedule point `b` the base "
+            f"rate and `one` the step p reaches 1; best dev state of the method's last stage, mean over seeds {seeds}, "
+            f"those finished at every setting), the setting chosen on it, and the test {metric} there over every seed "
+            "finished at that setting; wall-clock of the method's stages (median over "
             "seeds, evaluations included; the machine was shared, so ratios within a run are what to read).\n",
             markdown_table(
-                ["method", f"dev {metric} by lr", "chosen lr", f"test {metric} (mean)", "per seed", "wall-clock"],
+                ["method", f"dev {metric} by setting", "chosen", f"test {metric} (mean)", "per seed", "wall-clock"],
                 method_rows,
             ),
-            f"\nBest Theseus variant on dev: `{best['method']}` (lr {best['lr']}); best alternative on dev: "
-            f"`{alternative['method']}` (lr {alternative['lr']}). Difference in points: {headline['mean']:+.2f}, "
+            f"\nBest Theseus variant on dev: `{best['method']}` (lr {best['setting']}); best alternative on dev: "
+            f"`{alternative['method']}` (lr {alternative['setting']}). Difference in points: {headline['mean']:+.2f}, "
             f"seed-level 95% interval {interval(headline.get('seed_interval'))}, over seeds and test examples "
             f"{interval(headline.get('test_set_interval'))}, {len(headline['seeds'])} seeds: "
             f"{verdict(headline)}.\n",
-            "Paired per seed, in points (each side at its own chosen rate; step-matched):\n",
+            "Paired per seed, in points (each side at its own chosen setting; step-matched):\n",
             markdown_table([*INTERVAL_COLUMNS, "seeds", "verdict"], comparison_rows),
             *matched_section(summary, interval),
             f"\nCommand: `{command}`.\n",
@@ -284,7 +292,9 @@ def plot(summary: dict[str, Any], path: Path) -> None:
         values = list(entry["test_per_seed"].values())
         axis.scatter([index] * len(values), values, color="tab:gray", s=12, zorder=2)
         axis.bar(index, entry["test_mean"], color="tab:blue" if entry["method"].startswith("theseus") else "tab:orange")
-    axis.set_xticks(range(len(entries)), [f"{e['method']}\nlr {e['lr']}" for e in entries], fontsize=7, rotation=20)
+    axis.set_xticks(
+        range(len(entries)), [f"{e['method']}\nlr {e['setting']}" for e in entries], fontsize=7, rotation=20
+    )
     low = min(min(e["test_per_seed"].values()) for e in entries)
     axis.set_ylim(low - 0.02, None)
     axis.set_ylabel(f"test {summary['metric']}")
@@ -296,15 +306,17 @@ def plot(summary: dict[str, Any], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=Path, required=True, help="lr<LR>/seed<N>/ run directories")
+    parser.add_argument("--runs", type=Path, required=True, help="lr<SETTING>/seed<N>/ run directories")
     parser.add_argument("--name", required=True, help="the cell's name in the output files")
-    parser.add_argument("--lrs", nargs="+", help="only these grid points (as the lr<LR> directories spell them)")
+    parser.add_argument(
+        "--settings", nargs="+", help="only these grid points (as the lr<SETTING> directories spell them, less 'lr')"
+    )
     parser.add_argument("--matched", type=Path, help="seed<N>/ runs of methods given compute-matched steps")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", args.name):
         parser.error("--name: letters, digits, '.', '_' and '-' only")
-    summary = summarize(collect(args.runs, args.lrs), collect_matched(args.matched) if args.matched else None)
+    summary = summarize(collect(args.runs, args.settings), collect_matched(args.matched) if args.matched else None)
     command = "python -m benchmarks.methods " + shlex.join(sys.argv[1:] if argv is None else argv)
     text = markdown(summary, args.name, command) + f"\n![methods](methods-{args.name}.png)\n"
     write_report({"command": command, "environment": environment(), **summary}, args.out, f"methods-{args.name}", text)

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Issue 24 cell (d): GCN PolBlogs 6 -> 2, every method in one run per (lr, seed), one run at a time on one thread;
-# the recipe's lr (1e-2) over all seeds first, then the other grid points. Rerun to resume (finished runs are kept).
+# seed by seed, each over the grid (the recipe's lr 1e-2 first), so that whatever is finished is a complete grid on
+# its seeds. Rerun to resume (finished runs are kept).
 cd "$(dirname "$0")/../.."
 METHODS=theseus,theseus+warmup,theseus+kd,theseus+warmup+kd,truncated,kd,scratch
-for lr in 1e-2 5e-3 2e-2; do
-  for seed in 0 1 2 3 4; do
+mkdir -p runs/i24/gcn
+for seed in 0 1 2 3 4; do
+  for lr in 1e-2 5e-3 2e-2; do
     out=runs/i24/gcn/lr$lr/seed$seed
     [ -f $out/report.json ] && continue
     resume=""; [ -f $out/checkpoint.pt ] && resume=--resume

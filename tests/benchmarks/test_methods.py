@@ -44,7 +44,12 @@ def test_each_method_takes_the_rate_its_dev_metric_chose_and_pairs_per_seed(tmp_
         )
     summary = methods.summarize(methods.collect(tmp_path))
     theseus, kd = summary["methods"]["theseus"], summary["methods"]["baseline:kd"]
-    assert (theseus["method"], theseus["lr"], kd["method"], kd["lr"]) == ("theseus+warmup", "1e-3", "kd", "1e-2")
+    assert (theseus["method"], theseus["setting"], kd["method"], kd["setting"]) == (
+        "theseus+warmup",
+        "1e-3",
+        "kd",
+        "1e-2",
+    )
     assert theseus["median_seconds"] == 4.0 and kd["seconds_ratio_to_theseus"] == pytest.approx(1.5)
     headline = summary["headline"]
     assert headline["per_seed"] == pytest.approx([10.0, 10.0, 10.0]) and headline["mean"] == pytest.approx(10.0)
@@ -109,3 +114,25 @@ def test_seed_runs_without_a_grid_are_one_grid_point_at_the_recipes_rate(tmp_pat
         (tmp_path / "flat" / f"seed{seed}" / "report.json").write_text(json.dumps(report))
     grid = methods.collect(tmp_path / "flat")
     assert list(grid) == ["0.0003"] and sorted(grid["0.0003"]) == [0, 1]
+
+
+def test_a_schedule_point_run_without_baselines_is_a_setting_for_the_theseus_variants_alone(tmp_path):
+    for seed in range(3):
+        write_run(
+            tmp_path,
+            "1e-3",
+            seed,
+            {"theseus": 0.6, "baseline:kd": 0.5},
+            {"theseus": 0.60, "baseline:kd": 0.50 + seed / 100, "predecessor": 0.9},
+        )
+        write_run(  # b = 0.1, p = 1 at step 50: Theseus alone, better on dev
+            tmp_path, "1e-3-b0.1-one50", seed, {"theseus": 0.7, "baseline:kd": 0.0}, {"theseus": 0.75}
+        )
+        report = tmp_path / "lr1e-3-b0.1-one50" / f"seed{seed}" / "report.json"
+        data = json.loads(report.read_text())
+        del data["phases"]["baseline:kd"]
+        report.write_text(json.dumps(data))
+    summary = methods.summarize(methods.collect(tmp_path))
+    theseus, kd = summary["methods"]["theseus"], summary["methods"]["baseline:kd"]
+    assert theseus["setting"] == "1e-3-b0.1-one50" and list(kd["dev_by_setting"]) == ["1e-3"]
+    assert summary["headline"]["per_seed"] == pytest.approx([25.0, 24.0, 23.0])
