@@ -3,7 +3,7 @@
 # seed by seed, each over the grid (the recipe's lr 1e-2 first), so that whatever is finished is a complete grid on
 # its seeds. Rerun to resume (finished runs are kept).
 cd "$(dirname "$0")/../.."
-METHODS=theseus,theseus+warmup,theseus+kd,theseus+warmup+kd,truncated,kd,scratch
+METHODS=theseus,theseus+warmup,theseus+kd,theseus+warmup+kd,theseus+kd+unfreeze,theseus+warmup+kd+unfreeze,truncated,kd,scratch
 mkdir -p runs/i24/gcn
 for seed in 0 1 2 3 4; do
   for lr in 1e-2 5e-3 2e-2; do
