@@ -7,7 +7,7 @@
 cd "$(dirname "$0")/../.."
 lr=$1
 [ -f benchmarks/configs/replacing-lr-$lr.json ] || { echo "no benchmarks/configs/replacing-lr-$lr.json" >&2; exit 2; }
-METHODS=theseus,theseus+warmup,theseus+kd,theseus+warmup+kd,theseus+kd+unfreeze,theseus+warmup+kd+unfreeze
+METHODS=theseus,theseus+warmup,theseus+kd,theseus+warmup+kd
 for seed in 0 1 2 3 4; do
   for b in 0.1 0.3 0.5; do
     for one in 50 100 150; do
