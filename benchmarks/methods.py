@@ -113,7 +113,8 @@ def summarize(grid: dict[str, dict[int, Report]], matched: dict[int, Report] | N
             for setting, by_seed in grid.items()
             if all(model in by_seed[seed].models for seed in seeds)
         }
-        chosen = max(dev, key=dev.get)
+        # equal means (to 1e-9: the same dev scores summed in another order) go to the first in directory order
+        chosen = max(dev, key=lambda setting: round(dev[setting], 9))
         reports = dict(sorted(grid[chosen].items()))  # tested on every seed finished at the chosen setting
         seconds = [method_seconds(r, model) for r in reports.values()]
         within = [  # the method's seconds over plain Theseus' in the same run: the same machine load
@@ -130,8 +131,11 @@ def summarize(grid: dict[str, dict[int, Report]], matched: dict[int, Report] | N
         }
     theseus_like = [model for model in models if not model.startswith("baseline:")]
     alternatives = [model for model in models if model.startswith("baseline:")]
-    best_theseus = max(theseus_like, key=lambda model: max(methods[model]["dev_by_setting"].values()))
-    best_alternative = max(alternatives, key=lambda model: max(methods[model]["dev_by_setting"].values()))
+
+    def best_dev_mean(model: str) -> float:
+        return round(max(methods[model]["dev_by_setting"].values()), 9)
+
+    best_theseus, best_alternative = max(theseus_like, key=best_dev_mean), max(alternatives, key=best_dev_mean)
     comparisons = {}
     for variant in theseus_like:
         for other in models:

@@ -136,3 +136,13 @@ def test_a_schedule_point_run_without_baselines_is_a_setting_for_the_theseus_var
     theseus, kd = summary["methods"]["theseus"], summary["methods"]["baseline:kd"]
     assert theseus["setting"] == "1e-3-b0.1-one50" and list(kd["dev_by_setting"]) == ["1e-3"]
     assert summary["headline"]["per_seed"] == pytest.approx([25.0, 24.0, 23.0])
+
+
+def test_a_tie_on_dev_up_to_summation_order_goes_to_the_first_setting_in_directory_order(tmp_path):
+    # 100 and 102 of 123 dev nodes, or 101 twice: the same mean, one float apart (5e-3's the larger)
+    devs = {"1e-2": [100 / 123, 102 / 123], "5e-3": [101 / 123, 101 / 123]}
+    for setting, values in devs.items():
+        for seed, value in enumerate(values):
+            dev, test = {"theseus": value, "baseline:kd": 0.5}, {"theseus": 0.5, "baseline:kd": 0.5}
+            write_run(tmp_path, setting, seed, dev, test)
+    assert methods.summarize(methods.collect(tmp_path))["methods"]["theseus"]["setting"] == "1e-2"
