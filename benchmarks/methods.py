@@ -15,7 +15,7 @@ non-Theseus method with the best mean dev) and every other method, Theseus-varia
 method trains the same number of optimizer steps (``+warmup`` spends part of them on blockwise distillation).
 Compute: each method's measured wall-clock (its stages' ``seconds``, evaluations included, median over seeds) and
 its ratio to plain Theseus' in the same runs (same machine load; median over seeds), so a reader sees what a tie in
-steps costs in time. Compute-matched (``--matched DIR``): finished runs ``DIR/seed<N>/`` of methods given the steps
+steps costs in time. Compute-matched (``--matched DIR...``): finished runs ``DIR/seed<N>/`` of methods given the steps
 that make their wall-clock the best Theseus variant's (each on that seed's predecessor, ``--predecessor-from``, so
 that they pair), compared with the best variant like the others. Writes ``<out>/methods-<name>.json`` / ``.md`` /
 ``.png``.
@@ -98,9 +98,10 @@ def collect_matched(directory: Path) -> dict[int, Report]:
     return reports
 
 
-def summarize(grid: dict[str, dict[int, Report]], matched: dict[int, Report] | None = None) -> dict[str, Any]:
+def summarize(grid: dict[str, dict[int, Report]], matched: list[dict[int, Report]] | None = None) -> dict[str, Any]:
     """Per method: dev per setting it ran at, the chosen setting, test per seed there, seconds; and the comparisons;
-    with ``matched`` (`collect_matched`), the best Theseus variant against each compute-matched method too."""
+    with ``matched`` (`collect_matched` of each directory), the best Theseus variant against each compute-matched
+    method too."""
     seeds = sorted(set.intersection(*(set(by_seed) for by_seed in grid.values())))  # settings are chosen on these
     if not seeds:
         raise SystemExit("no seed is finished at every setting of the grid yet")
@@ -144,9 +145,10 @@ def summarize(grid: dict[str, dict[int, Report]], matched: dict[int, Report] | N
             settings = methods[variant]["setting"], methods[other]["setting"]
             comparisons[f"{variant} − {other}"] = compare(grid, variant, settings[0], other, settings[1])
     compute_matched = {}
-    for model in [m for m in next(iter(matched.values())).models if m != "predecessor"] if matched else []:
+    pairs = [(runs, m) for runs in matched or [] for m in next(iter(runs.values())).models if m != "predecessor"]
+    for runs, model in pairs:
         setting = methods[best_theseus]["setting"]
-        for seed, report in matched.items():
+        for seed, report in runs.items():
             ours = grid[setting].get(seed)
             if ours is None:
                 raise SystemExit(
@@ -155,15 +157,17 @@ def summarize(grid: dict[str, dict[int, Report]], matched: dict[int, Report] | N
             theirs, mine = (r.models["predecessor"].test_predictions for r in (report, ours))
             if theirs is None or theirs != mine:
                 raise SystemExit(f"the compute-matched run of seed {seed} has another predecessor: it cannot pair")
-        steps = {report.phases[stages_of(report, model)[-1]]["steps"] for report in matched.values()}
+        steps = {report.phases[stages_of(report, model)[-1]]["steps"] for report in runs.values()}
         if len(steps) != 1:
             raise SystemExit(f"the compute-matched runs of {model} trained different numbers of steps: {sorted(steps)}")
         (steps,) = steps
-        label = f"{method_name(matched[min(matched)], model)}, {steps} steps"
+        label = f"{method_name(runs[min(runs)], model)}, {steps} steps"
+        if label in compute_matched:
+            raise SystemExit(f"two --matched directories hold {label}")
         compute_matched[label] = {
-            "test_per_seed": {seed: report.test(model) for seed, report in sorted(matched.items())},
-            "median_seconds": statistics.median(method_seconds(r, model) for r in matched.values()),
-            "comparison": compare({**grid, "matched": matched}, best_theseus, setting, model, "matched"),
+            "test_per_seed": {seed: report.test(model) for seed, report in sorted(runs.items())},
+            "median_seconds": statistics.median(method_seconds(r, model) for r in runs.values()),
+            "comparison": compare({**grid, "matched": runs}, best_theseus, setting, model, "matched"),
         }
     return {
         "seeds": seeds,
@@ -315,12 +319,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--settings", nargs="+", help="only these grid points (as the lr<SETTING> directories spell them, less 'lr')"
     )
-    parser.add_argument("--matched", type=Path, help="seed<N>/ runs of methods given compute-matched steps")
+    parser.add_argument(
+        "--matched", type=Path, nargs="+", help="directories of seed<N>/ runs of methods given compute-matched steps"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", args.name):
         parser.error("--name: letters, digits, '.', '_' and '-' only")
-    summary = summarize(collect(args.runs, args.settings), collect_matched(args.matched) if args.matched else None)
+    summary = summarize(
+        collect(args.runs, args.settings), [collect_matched(path) for path in args.matched] if args.matched else None
+    )
     command = "python -m benchmarks.methods " + shlex.join(sys.argv[1:] if argv is None else argv)
     text = markdown(summary, args.name, command) + f"\n![methods](methods-{args.name}.png)\n"
     write_report({"command": command, "environment": environment(), **summary}, args.out, f"methods-{args.name}", text)

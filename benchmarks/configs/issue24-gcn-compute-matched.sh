@@ -1,14 +1,23 @@
 #!/usr/bin/env bash
-# Issue 24 cell (d), compute-matched: truncated fine-tuning given the wall-clock of the best Theseus variant
-# (theseus+warmup+kd, 1.71x plain Theseus' seconds within the same runs, against truncated's 0.69x:
-# benchmarks/results/methods-gcn-polblogs-lr1e-2.md), i.e. 200 x 1.71 / 0.69 = 496 steps at its chosen lr 1e-2, on
-# each seed's own predecessor (--predecessor-from), so it pairs with that seed's step-matched run. Rerun to resume.
+# Issue 24 cell (d), compute-matched: a method given the steps that make its wall-clock the best Theseus variant's,
+# STEPS = 200 x (the variant's seconds / the method's, both as ratios to plain Theseus' within the same runs:
+# `python -m benchmarks.methods` prints them), at its own chosen LR, on each seed's own predecessor
+# (--predecessor-from), so that it pairs with that seed's step-matched runs. Usage: issue24-gcn-compute-matched.sh
+# METHOD LR STEPS (e.g. truncated 5e-3 396); DISTILL_ON=all for the few-labels cell. Writes
+# runs/i24/gcn[-all]/compute-matched/METHOD-STEPS/seed<N>, for `benchmarks.methods --matched`. Rerun to resume.
 cd "$(dirname "$0")/../.."
+method=$1 lr=$2 steps=$3
+[ -n "$steps" ] || { echo "usage: $0 METHOD LR STEPS" >&2; exit 2; }
+distill_on=${DISTILL_ON:-labelled}
+root=runs/i24/gcn; [ $distill_on = labelled ] || root=runs/i24/gcn-$distill_on
+dir=$root/compute-matched/$method-$steps
+mkdir -p $dir
+echo "{\"replacing\": {\"lr\": $lr, \"steps\": $steps}, \"options\": {\"distill_on\": \"$distill_on\"}}" > $dir/config.json
 for seed in 0 1 2 3 4; do
-  out=runs/i24/gcn/compute-matched/seed$seed
+  out=$dir/seed$seed
   [ -f $out/report.json ] && continue
-  extra="--predecessor-from runs/i24/gcn/lr1e-2/seed$seed"; [ -f $out/checkpoint.pt ] && extra=--resume
-  OMP_NUM_THREADS=1 .venv/bin/python -m theseus_zoo.cli compress --recipe gcn-polblogs --methods truncated \
-    --config benchmarks/configs/issue24-gcn-compute-matched.json --seed $seed --threads 1 --no-progress --out $out \
-    $extra > runs/i24/gcn/compute-matched-seed$seed.log 2>&1 || echo "failed seed=$seed" >> runs/i24/gcn/failures.log
+  extra="--predecessor-from $root/lr1e-2/seed$seed"; [ -f $out/checkpoint.pt ] && extra=--resume
+  OMP_NUM_THREADS=1 .venv/bin/python -m theseus_zoo.cli compress --recipe gcn-polblogs --methods $method \
+    --config $dir/config.json --seed $seed --threads 1 --no-progress --out $out $extra \
+    > $dir/seed$seed.log 2>&1 || echo "failed $out" >> $root/failures.log
 done

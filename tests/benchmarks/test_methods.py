@@ -94,7 +94,7 @@ def test_compute_matched_runs_pair_with_the_best_variant_on_the_same_predecessor
         report.write_text(json.dumps(data))
         write_matched(tmp_path / "matched", seed, 0.75)
     grid = methods.collect(tmp_path / "grid")
-    summary = methods.summarize(grid, methods.collect_matched(tmp_path / "matched"))
+    summary = methods.summarize(grid, [methods.collect_matched(tmp_path / "matched")])
     entry = summary["compute_matched"]["truncated, 10 steps"]
     assert entry["comparison"]["per_seed"] == pytest.approx([5.0, 6.0, 7.0])
     assert entry["median_seconds"] == 4.0
@@ -102,7 +102,7 @@ def test_compute_matched_runs_pair_with_the_best_variant_on_the_same_predecessor
 
     write_matched(tmp_path / "other", 0, 0.75, predecessor_predictions=(1, 1))
     with pytest.raises(SystemExit, match="seed 0 has another predecessor"):
-        methods.summarize(grid, methods.collect_matched(tmp_path / "other"))
+        methods.summarize(grid, [methods.collect_matched(tmp_path / "other")])
 
 
 def test_seed_runs_without_a_grid_are_one_grid_point_at_the_recipes_rate(tmp_path):
