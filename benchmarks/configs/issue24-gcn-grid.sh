@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 24 cell (d): GCN PolBlogs 6 -> 2, every method in one run per (lr, seed), one run at a time on one thread;
 # seed by seed, each over the grid (the recipe's lr 1e-2 first), so that whatever is finished is a complete grid on
-# its seeds. DISTILL_ON=all: cell (b) on a graph, few labels (123 labelled nodes) where the distilling methods match
+# its seeds (LRS="4e-2" adds a rate to a finished grid). DISTILL_ON=all: cell (b) on a graph, few labels (123 labelled nodes) where the distilling methods match
 # the predecessor's logits on every node, the 1,099 unlabelled ones too (option distill_on), in runs/i24/gcn-all.
 # Rerun to resume (finished runs are kept).
 cd "$(dirname "$0")/../.."
@@ -9,7 +9,7 @@ METHODS=theseus,theseus+warmup,theseus+kd,theseus+warmup+kd,truncated,kd,scratch
 distill_on=${DISTILL_ON:-labelled}
 root=runs/i24/gcn; [ $distill_on = labelled ] || root=runs/i24/gcn-$distill_on
 for seed in 0 1 2 3 4; do
-  for lr in 1e-2 5e-3 2e-2; do
+  for lr in ${LRS:-1e-2 5e-3 2e-2}; do
     out=$root/lr$lr/seed$seed
     [ -f $out/report.json ] && continue
     resume=""; [ -f $out/checkpoint.pt ] && resume=--resume

@@ -7,7 +7,7 @@
 # the grid spells it, e.g. 2e-2). Rerun to resume.
 cd "$(dirname "$0")/../.."
 lr=$1
-[ -f benchmarks/configs/replacing-lr-$lr.json ] || { echo "no benchmarks/configs/replacing-lr-$lr.json" >&2; exit 2; }
+[[ $lr =~ ^[0-9.]+e-[0-9]+$ ]] || { echo "usage: $0 LR (as the lr grid spells it, e.g. 2e-2)" >&2; exit 2; }
 METHODS=theseus,theseus+warmup,theseus+kd,theseus+warmup+kd
 distill_on=${DISTILL_ON:-labelled}
 root=runs/i24/gcn; [ $distill_on = labelled ] || root=runs/i24/gcn-$distill_on
