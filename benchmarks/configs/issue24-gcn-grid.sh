@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Issue 24 cell (d): GCN PolBlogs 6 -> 2, every method in one run per (lr, seed), one run at a time on one thread;
 # seed by seed, each over the grid (the recipe's lr 1e-2 first), so that whatever is finished is a complete grid on
-# its seeds (LRS="4e-2" adds a rate to a finished grid). DISTILL_ON=all: cell (b) on a graph, few labels (123 labelled nodes) where the distilling methods match
-# the predecessor's logits on every node, the 1,099 unlabelled ones too (option distill_on), in runs/i24/gcn-all.
-# Rerun to resume (finished runs are kept).
+# its seeds; LRS="4e-2" adds a rate to a finished grid. DISTILL_ON=all: cell (b) on a graph, few labels (123
+# labelled nodes) where the distilling methods match the predecessor's logits on every node, the 1,099 unlabelled
+# ones too (option distill_on), in runs/i24/gcn-all. Rerun to resume (finished runs are kept).
 cd "$(dirname "$0")/../.."
 METHODS=theseus,theseus+warmup,theseus+kd,theseus+warmup+kd,truncated,kd,scratch
 distill_on=${DISTILL_ON:-labelled}
