@@ -11,7 +11,7 @@ best mean dev metric over the seeds that every setting has (the best dev state o
 run kept), then reports at that setting: the test metric per seed, and against the best alternative (the
 non-Theseus method with the best mean dev) and every other method, Theseus-variant minus other per seed with the
 95% t interval over seeds (`stats.t_interval`) beside the 95% paired bootstrap over seeds and test examples
-(`stats.paired_difference_over_seeds`). Step-matched: every
+(`stats.paired_difference_over_seeds`), and the two at every setting both ran, side by side. Step-matched: every
 method trains the same number of optimizer steps (``+warmup`` spends part of them on blockwise distillation).
 Compute: each method's measured wall-clock (its stages' ``seconds``, evaluations included, median over seeds) and
 its ratio to plain Theseus' in the same runs (same machine load; median over seeds), so a reader sees what a tie in
@@ -180,6 +180,11 @@ def summarize(grid: dict[str, dict[int, Report]], matched: list[dict[int, Report
             grid, best_theseus, methods[best_theseus]["setting"], best_alternative, methods[best_alternative]["setting"]
         ),
         "comparisons": comparisons,
+        "at_each_setting": {  # the headline's two methods side by side at every setting both ran: is it dev noise?
+            setting: compare(grid, best_theseus, setting, best_alternative, setting)
+            for setting, by_seed in grid.items()
+            if all({best_theseus, best_alternative} <= set(by_seed[seed].models) for seed in seeds)
+        },
         "compute_matched": compute_matched,
     }
 
@@ -258,6 +263,22 @@ def markdown(summary: dict[str, Any], name: str, command: str) -> str:
             f"{verdict(headline)}.\n",
             "Paired per seed, in points (each side at its own chosen setting; step-matched):\n",
             markdown_table([*INTERVAL_COLUMNS, "seeds", "verdict"], comparison_rows),
+            f"\n`{best['method']}` − `{alternative['method']}` at each setting both ran (the same setting on both "
+            "sides: whether the verdict hangs on which setting dev chose):\n",
+            markdown_table(
+                ["setting", *INTERVAL_COLUMNS[1:], "verdict"],
+                [
+                    [
+                        setting,
+                        ", ".join(f"{value:+.2f}" for value in entry["per_seed"]),
+                        f"{entry['mean']:+.2f}",
+                        interval(entry.get("seed_interval")),
+                        interval(entry.get("test_set_interval")),
+                        verdict(entry),
+                    ]
+                    for setting, entry in summary["at_each_setting"].items()
+                ],
+            ),
             *matched_section(summary, interval),
             f"\nCommand: `{command}`.\n",
         ]

@@ -55,6 +55,9 @@ def test_each_method_takes_the_rate_its_dev_metric_chose_and_pairs_per_seed(tmp_
     assert headline["per_seed"] == pytest.approx([10.0, 10.0, 10.0]) and headline["mean"] == pytest.approx(10.0)
     assert headline["seed_interval"] == pytest.approx([10.0, 10.0]) and methods.verdict(headline) == "ahead"
     assert methods.verdict({"per_seed": [1.0], "mean": 1.0}) == "one seed: no verdict"
+    same_setting = summary["at_each_setting"]  # the two side by side at each rate, whatever dev chose
+    assert same_setting["1e-3"]["per_seed"] == pytest.approx([70.0, 71.0, 72.0])
+    assert same_setting["1e-2"]["per_seed"] == pytest.approx([-50.0, -51.0, -52.0])
 
 
 def test_no_finished_run_is_one_line(tmp_path):
