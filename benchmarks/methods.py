@@ -98,6 +98,24 @@ def collect_matched(directory: Path) -> dict[int, Report]:
     return reports
 
 
+def check_one_predecessor_per_seed(grid: dict[str, dict[int, Report]]) -> None:
+    """Raises `SystemExit` unless every setting's run of a seed has the same predecessor (its test predictions, where
+    the runs keep them): the comparisons pair methods of different settings on one seed."""
+    for seed in sorted({seed for by_seed in grid.values() for seed in by_seed}):
+        seen: dict[str, Any] = {}
+        for setting, by_seed in grid.items():
+            predecessor = by_seed[seed].models.get("predecessor") if seed in by_seed else None
+            if predecessor is not None and predecessor.test_predictions is not None:
+                seen[setting] = predecessor.test_predictions
+        first = next(iter(seen), None)
+        other = next((setting for setting in seen if seen[setting] != seen[first]), None)
+        if other is not None:
+            raise SystemExit(
+                f"seed {seed}: the runs at settings {first} and {other} have different predecessors, so their "
+                f"methods cannot be paired; rerun one with --predecessor-from the other"
+            )
+
+
 def summarize(grid: dict[str, dict[int, Report]], matched: list[dict[int, Report]] | None = None) -> dict[str, Any]:
     """Per method: dev per setting it ran at, the chosen setting, test per seed there, seconds; and the comparisons;
     with ``matched`` (`collect_matched` of each directory), the best Theseus variant against each compute-matched
@@ -106,14 +124,17 @@ def summarize(grid: dict[str, dict[int, Report]], matched: list[dict[int, Report
     if not seeds:
         raise SystemExit("no seed is finished at every setting of the grid yet")
     first = grid[next(iter(grid))][seeds[0]]
-    models = [model for model in first.models if model != "predecessor"]
+    check_one_predecessor_per_seed(grid)
+    every = [model for by_seed in grid.values() for report in by_seed.values() for model in report.models]
     methods: dict[str, Any] = {}
-    for model in models:
+    for model in [model for model in dict.fromkeys(every) if model != "predecessor"]:
         dev = {
             setting: statistics.mean(best_dev(by_seed[seed], model) for seed in seeds)
             for setting, by_seed in grid.items()
             if all(model in by_seed[seed].models for seed in seeds)
         }
+        if not dev:
+            continue  # on no setting for every seed yet
         # equal means (to 1e-9: the same dev scores summed in another order) go to the first in directory order
         chosen = max(dev, key=lambda setting: round(dev[setting], 9))
         reports = dict(sorted(grid[chosen].items()))  # tested on every seed finished at the chosen setting
@@ -122,16 +143,21 @@ def summarize(grid: dict[str, dict[int, Report]], matched: list[dict[int, Report
             method_seconds(r, model) / method_seconds(r, "theseus") for r in reports.values() if "theseus" in r.models
         ]
         methods[model] = {
-            "method": method_name(first, model),
+            "method": method_name(grid[chosen][seeds[0]], model),
             "dev_by_setting": dev,
+            "test_by_setting": {  # for the reader only: nothing is chosen on it
+                setting: statistics.mean(report.test(model) for report in grid[setting].values()) for setting in dev
+            },
             "setting": chosen,
             "test_per_seed": {seed: report.test(model) for seed, report in reports.items()},
             "test_mean": statistics.mean(report.test(model) for report in reports.values()),
             "median_seconds": statistics.median(seconds),
             "seconds_ratio_to_theseus": statistics.median(within) if within else None,
         }
-    theseus_like = [model for model in models if not model.startswith("baseline:")]
-    alternatives = [model for model in models if model.startswith("baseline:")]
+    theseus_like = [model for model in methods if not model.startswith("baseline:")]
+    alternatives = [model for model in methods if model.startswith("baseline:")]
+    if not theseus_like or not alternatives:
+        raise SystemExit(f"the settings read hold no Theseus variant or no alternative on every seed: {list(methods)}")
 
     def best_dev_mean(model: str) -> float:
         return round(max(methods[model]["dev_by_setting"].values()), 9)
@@ -139,7 +165,7 @@ def summarize(grid: dict[str, dict[int, Report]], matched: list[dict[int, Report
     best_theseus, best_alternative = max(theseus_like, key=best_dev_mean), max(alternatives, key=best_dev_mean)
     comparisons = {}
     for variant in theseus_like:
-        for other in models:
+        for other in methods:
             if other == variant or (other in theseus_like and other != "theseus"):
                 continue
             settings = methods[variant]["setting"], methods[other]["setting"]
@@ -256,8 +282,9 @@ def markdown(summary: dict[str, Any], name: str, command: str) -> str:
                 ["method", f"dev {metric} by setting", "chosen", f"test {metric} (mean)", "per seed", "wall-clock"],
                 method_rows,
             ),
-            f"\nBest Theseus variant on dev: `{best['method']}` (lr {best['setting']}); best alternative on dev: "
-            f"`{alternative['method']}` (lr {alternative['setting']}). Difference in points: {headline['mean']:+.2f}, "
+            f"\nBest Theseus variant on dev: `{best['method']}` (setting {best['setting']}); best alternative on dev: "
+            f"`{alternative['method']}` (setting {alternative['setting']}). "
+            f"Difference in points: {headline['mean']:+.2f}, "
             f"seed-level 95% interval {interval(headline.get('seed_interval'))}, over seeds and test examples "
             f"{interval(headline.get('test_set_interval'))}, {len(headline['seeds'])} seeds: "
             f"{verdict(headline)}.\n",
@@ -321,9 +348,7 @@ def plot(summary: dict[str, Any], path: Path) -> None:
         values = list(entry["test_per_seed"].values())
         axis.scatter([index] * len(values), values, color="tab:gray", s=12, zorder=2)
         axis.bar(index, entry["test_mean"], color="tab:blue" if entry["method"].startswith("theseus") else "tab:orange")
-    axis.set_xticks(
-        range(len(entries)), [f"{e['method']}\nlr {e['setting']}" for e in entries], fontsize=7, rotation=20
-    )
+    axis.set_xticks(range(len(entries)), [f"{e['method']}\n{e['setting']}" for e in entries], fontsize=7, rotation=20)
     low = min(min(e["test_per_seed"].values()) for e in entries)
     axis.set_ylim(low - 0.02, None)
     axis.set_ylabel(f"test {summary['metric']}")

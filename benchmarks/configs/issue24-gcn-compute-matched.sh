@@ -10,9 +10,14 @@ method=$1 lr=$2 steps=$3
 [ -n "$steps" ] || { echo "usage: $0 METHOD LR STEPS" >&2; exit 2; }
 distill_on=${DISTILL_ON:-labelled}
 root=runs/i24/gcn; [ $distill_on = labelled ] || root=runs/i24/gcn-$distill_on
+[[ $lr =~ ^[0-9.]+e-[0-9]+$ && $steps =~ ^[0-9]+$ ]] || { echo "usage: $0 METHOD LR STEPS (e.g. kd 4e-2 303)" >&2; exit 2; }
 dir=$root/compute-matched/$method-$steps
+config="{\"replacing\": {\"lr\": $lr, \"steps\": $steps}, \"options\": {\"distill_on\": \"$distill_on\"}}"
+if [ -f $dir/config.json ] && [ "$(cat $dir/config.json)" != "$config" ]; then
+  echo "$dir holds runs of another config ($(cat $dir/config.json)): move it away first" >&2; exit 2
+fi
 mkdir -p $dir
-echo "{\"replacing\": {\"lr\": $lr, \"steps\": $steps}, \"options\": {\"distill_on\": \"$distill_on\"}}" > $dir/config.json
+echo "$config" > $dir/config.json
 for seed in 0 1 2 3 4; do
   out=$dir/seed$seed
   [ -f $out/report.json ] && continue

@@ -149,3 +149,14 @@ def test_a_tie_on_dev_up_to_summation_order_goes_to_the_first_setting_in_directo
             dev, test = {"theseus": value, "baseline:kd": 0.5}, {"theseus": 0.5, "baseline:kd": 0.5}
             write_run(tmp_path, setting, seed, dev, test)
     assert methods.summarize(methods.collect(tmp_path))["methods"]["theseus"]["setting"] == "1e-2"
+
+
+def test_runs_of_one_seed_on_different_predecessors_are_refused_not_paired(tmp_path):
+    for setting, predictions in (("1e-2", [0, 1]), ("5e-3", [1, 1])):
+        write_run(tmp_path, setting, 0, {"theseus": 0.9, "baseline:kd": 0.5}, {"theseus": 0.8, "predecessor": 0.9})
+        report = tmp_path / f"lr{setting}" / "seed0" / "report.json"
+        data = json.loads(report.read_text())
+        data["models"]["predecessor"]["test_predictions"] = predictions
+        report.write_text(json.dumps(data))
+    with pytest.raises(SystemExit, match="seed 0: the runs at settings 1e-2 and 5e-3 have different predecessors"):
+        methods.summarize(methods.collect(tmp_path))

@@ -72,6 +72,7 @@ HETEROGENEOUS_FASHION_MNIST = {
             predecessor=RESNET_FASHION_MNIST_CONVERGED.predecessor,
             replacing=RESNET_FASHION_MNIST_CONVERGED.replacing,
             steps_to_one=RESNET_FASHION_MNIST_CONVERGED.steps_to_one,
+            baselines=("truncated", "kd"),  # with "methods": null, the paper's Theseus beside these
             methods=("theseus+warmup+kd", "truncated", "kd"),
         )
     )
