@@ -169,7 +169,8 @@ def summarize(grid: dict[str, dict[int, Report]], matched: list[dict[int, Report
             if other == variant or (other in theseus_like and other != "theseus"):
                 continue
             settings = methods[variant]["setting"], methods[other]["setting"]
-            comparisons[f"{variant} − {other}"] = compare(grid, variant, settings[0], other, settings[1])
+            comparison = compare(grid, variant, settings[0], other, settings[1])
+            comparisons[f"{variant} − {other}"] = {**comparison, "models": [variant, other]}
     compute_matched = {}
     pairs = [(runs, m) for runs in matched or [] for m in next(iter(runs.values())).models if m != "predecessor"]
     for runs, model in pairs:
@@ -256,9 +257,10 @@ def markdown(summary: dict[str, Any], name: str, command: str) -> str:
         ]
         for entry in summary["methods"].values()
     ]
+    names = {model: entry["method"] for model, entry in summary["methods"].items()}  # the run's "theseus" by name
     comparison_rows = [
         [
-            label,
+            " − ".join(names[model] for model in comparison["models"]),
             ", ".join(f"{value:+.2f}" for value in comparison["per_seed"]),
             f"{comparison['mean']:+.2f}",
             interval(comparison.get("seed_interval")),
@@ -266,7 +268,7 @@ def markdown(summary: dict[str, Any], name: str, command: str) -> str:
             str(len(comparison["seeds"])),
             verdict(comparison),
         ]
-        for label, comparison in summary["comparisons"].items()
+        for comparison in summary["comparisons"].values()
     ]
     headline = summary["headline"]
     best, alternative = summary["methods"][summary["best_theseus"]], summary["methods"][summary["best_alternative"]]
