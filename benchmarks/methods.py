@@ -171,10 +171,9 @@ def summarize(grid: dict[str, dict[int, Report]], matched: list[dict[int, Report
             settings = methods[variant]["setting"], methods[other]["setting"]
             comparison = compare(grid, variant, settings[0], other, settings[1])
             comparisons[f"{variant} − {other}"] = {**comparison, "models": [variant, other]}
-    compute_matched = {}
+    compute_matched, setting = {}, methods[best_theseus]["setting"]
     pairs = [(runs, m) for runs in matched or [] for m in next(iter(runs.values())).models if m != "predecessor"]
     for runs, model in pairs:
-        setting = methods[best_theseus]["setting"]
         for seed, report in runs.items():
             ours = grid[setting].get(seed)
             if ours is None:
