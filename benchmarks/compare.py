@@ -52,28 +52,27 @@ from theseus_zoo.training.results import REPORT, Report
 from .harness import environment, markdown_table, write_report
 from .recipes import paired_comparison, run_seed
 
-# Each sets "methods": None, so that a recipe naming its own methods (issue 24: `Recipe.methods` overrides theseus
-# and baselines) trains exactly the one method here.
 METHODS: dict[str, dict[str, Any]] = {
-    "theseus": {"methods": None, "baselines": []},
-    "theseus+unfreeze": {"methods": None, "baselines": [], "unfreeze_at_one": "head"},
-    "theseus+unfreeze-all": {"methods": None, "baselines": [], "unfreeze_at_one": "all"},
-    "theseus+consistency": {"methods": None, "baselines": [], "consistency_weight": 1.0},
-    "theseus+kd": {"methods": None, "baselines": [], "kd_weight": 1.0},
-    "theseus-constant": {
-        "methods": None,
-        "baselines": [],
-        "schedule": "constant",
-        "schedule_base": 0.5,
-    },  # Table 6's ablations
-    "theseus-anti-curriculum": {"methods": None, "baselines": [], "schedule": "anti_curriculum"},
-    "truncated": {"methods": None, "theseus": False, "baselines": ["truncated"]},
-    "truncated-pretrained": {"methods": None, "theseus": False, "baselines": ["pretrained"]},
-    "kd": {"methods": None, "theseus": False, "baselines": ["kd"]},
-    "scratch": {"methods": None, "theseus": False, "baselines": ["scratch"]},
+    "theseus": {"baselines": []},
+    "theseus+unfreeze": {"baselines": [], "unfreeze_at_one": "head"},
+    "theseus+unfreeze-all": {"baselines": [], "unfreeze_at_one": "all"},
+    "theseus+consistency": {"baselines": [], "consistency_weight": 1.0},
+    "theseus+kd": {"baselines": [], "kd_weight": 1.0},
+    "theseus-constant": {"baselines": [], "schedule": "constant", "schedule_base": 0.5},  # Table 6's ablations
+    "theseus-anti-curriculum": {"baselines": [], "schedule": "anti_curriculum"},
+    "truncated": {"theseus": False, "baselines": ["truncated"]},
+    "truncated-pretrained": {"theseus": False, "baselines": ["pretrained"]},
+    "kd": {"theseus": False, "baselines": ["kd"]},
+    "scratch": {"theseus": False, "baselines": ["scratch"]},
 }
 """Each method as recipe overrides: Theseus as the paper has it, its extensions (``+``), its schedule ablations (the
 paper's Table 6: a constant p = 0.5, the anti-curriculum), and the baselines alone."""
+
+
+def method_overrides(method: str) -> dict[str, Any]:
+    """``METHODS[method]`` with ``methods`` null, so that a recipe naming its own methods (`Recipe.methods`, which
+    overrides ``theseus`` and ``baselines``) trains this one method alone."""
+    return {"methods": None, **METHODS[method]}
 
 
 def model_of(method: str) -> str:
@@ -102,7 +101,7 @@ class Comparison:
 
     def overrides(self, method: str, lr: float) -> dict[str, Any]:
         base = json.loads(self.args.config.read_text()) if self.args.config else {}
-        return {**base, **METHODS[method], "replacing": {**base.get("replacing", {}), "lr": lr}}
+        return {**base, **method_overrides(method), "replacing": {**base.get("replacing", {}), "lr": lr}}
 
     @staticmethod
     def variant(args: argparse.Namespace) -> str:

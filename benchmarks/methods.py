@@ -208,8 +208,8 @@ def summarize(grid: dict[str, dict[int, Report]], matched: list[dict[int, Report
         "comparisons": comparisons,
         "at_each_setting": {  # the headline's two methods side by side at every setting both ran: is it dev noise?
             setting: compare(grid, best_theseus, setting, best_alternative, setting)
-            for setting, by_seed in grid.items()
-            if all({best_theseus, best_alternative} <= set(by_seed[seed].models) for seed in seeds)
+            for setting in methods[best_theseus]["dev_by_setting"]
+            if setting in methods[best_alternative]["dev_by_setting"]
         },
         "compute_matched": compute_matched,
     }

@@ -34,7 +34,7 @@ from theseus_zoo.training.data_order import labelled_split
 from theseus_zoo.training.loop import optimizer_for
 from theseus_zoo.training.methods import Context, methods_of
 
-from .compare import METHODS
+from .compare import METHODS, method_overrides
 from .harness import environment, markdown_table, write_report
 
 Step = Callable[[float], None]
@@ -47,7 +47,7 @@ def method_step(
     the model it trains: the model, parameters, loss and optimizer that `theseus compress` builds
     (`theseus_zoo.training.methods`, `theseus_zoo.training.loop.optimizer_for`); with ``unlabelled_batch``, the
     loss's label-free part (if it has one) is also applied to it, as the loop does with few labels."""
-    recipe = get_recipe(recipe_name).with_overrides({**METHODS[method], "predecessor": None})
+    recipe = get_recipe(recipe_name).with_overrides({**method_overrides(method), "predecessor": None})
     task = build_task(recipe.family, recipe.options, recipe.seed)
     task.check()
     (trained,) = methods_of(recipe)

@@ -25,6 +25,14 @@ def write_run(root, lr, seed, dev, test):
     (out / "report.json").write_text(json.dumps(report))
 
 
+def edit_report(root, setting, seed, change):
+    """Applies ``change`` to the parsed report of the run at ``root/lr<setting>/seed<seed>`` and writes it back."""
+    path = root / f"lr{setting}" / f"seed{seed}" / "report.json"
+    report = json.loads(path.read_text())
+    change(report)
+    path.write_text(json.dumps(report))
+
+
 def test_each_method_takes_the_rate_its_dev_metric_chose_and_pairs_per_seed(tmp_path):
     for seed in range(3):
         # Theseus is best on dev at 1e-3, KD at 1e-2; tests differ so a wrong choice shows.
@@ -91,10 +99,9 @@ def test_compute_matched_runs_pair_with_the_best_variant_on_the_same_predecessor
             {"theseus": 0.9, "baseline:kd": 0.5},
             {"theseus": 0.80 + seed / 100, "baseline:kd": 0.10, "predecessor": 0.9},
         )
-        report = tmp_path / "grid" / "lr1e-3" / f"seed{seed}" / "report.json"
-        data = json.loads(report.read_text())
-        data["models"]["predecessor"]["test_predictions"] = [0, 1]
-        report.write_text(json.dumps(data))
+        edit_report(
+            tmp_path / "grid", "1e-3", seed, lambda r: r["models"]["predecessor"].update(test_predictions=[0, 1])
+        )
         write_matched(tmp_path / "matched", seed, 0.75)
     grid = methods.collect(tmp_path / "grid")
     summary = methods.summarize(grid, [methods.collect_matched(tmp_path / "matched")])
@@ -131,10 +138,7 @@ def test_a_schedule_point_run_without_baselines_is_a_setting_for_the_theseus_var
         write_run(  # b = 0.1, p = 1 at step 50: Theseus alone, better on dev
             tmp_path, "1e-3-b0.1-one50", seed, {"theseus": 0.7, "baseline:kd": 0.0}, {"theseus": 0.75}
         )
-        report = tmp_path / "lr1e-3-b0.1-one50" / f"seed{seed}" / "report.json"
-        data = json.loads(report.read_text())
-        del data["phases"]["baseline:kd"]
-        report.write_text(json.dumps(data))
+        edit_report(tmp_path, "1e-3-b0.1-one50", seed, lambda r: r["phases"].pop("baseline:kd"))
     summary = methods.summarize(methods.collect(tmp_path))
     theseus, kd = summary["methods"]["theseus"], summary["methods"]["baseline:kd"]
     assert theseus["setting"] == "1e-3-b0.1-one50" and list(kd["dev_by_setting"]) == ["1e-3"]
@@ -154,9 +158,8 @@ def test_a_tie_on_dev_up_to_summation_order_goes_to_the_first_setting_in_directo
 def test_runs_of_one_seed_on_different_predecessors_are_refused_not_paired(tmp_path):
     for setting, predictions in (("1e-2", [0, 1]), ("5e-3", [1, 1])):
         write_run(tmp_path, setting, 0, {"theseus": 0.9, "baseline:kd": 0.5}, {"theseus": 0.8, "predecessor": 0.9})
-        report = tmp_path / f"lr{setting}" / "seed0" / "report.json"
-        data = json.loads(report.read_text())
-        data["models"]["predecessor"]["test_predictions"] = predictions
-        report.write_text(json.dumps(data))
+        edit_report(
+            tmp_path, setting, 0, lambda r, p=predictions: r["models"]["predecessor"].update(test_predictions=p)
+        )
     with pytest.raises(SystemExit, match="seed 0: the runs at settings 1e-2 and 5e-3 have different predecessors"):
         methods.summarize(methods.collect(tmp_path))
