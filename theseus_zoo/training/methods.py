@@ -33,7 +33,13 @@ from ..recipes import Phase, Recipe, parse_method
 from ..tasks import Task
 from ..tasks.protocols import BuildsDirect, ExampleInputs, ReplaceOptions
 from .losses import ConsistencyLoss, frozen_teacher
-from .optimization import ParameterGroup, predecessor_parameters, replacing_schedule, unfrozen_at_one
+from .optimization import (
+    ParameterGroup,
+    check_unfreeze,
+    predecessor_parameters,
+    replacing_schedule,
+    unfrozen_at_one,
+)
 
 Loss = Callable[[nn.Module, Any], tuple[torch.Tensor, torch.Tensor]]
 """``loss(model, batch) -> (loss, logits)``: one forward of the model."""
@@ -106,6 +112,10 @@ class Method:
         """The model (drawing any fresh initialisation from the global RNG now, in the run's order) and its
         stages."""
         raise NotImplementedError
+
+    def check(self, task: Task, recipe: Recipe, predecessor: nn.Module) -> None:
+        """Raises `ValueError` where `build` or a stage's objective would, before anything trains (``predecessor``
+        as the family builds it, not yet fine-tuned; left unchanged). Default: nothing to check."""
 
 
 # ----------------------------------------------------------------------------- losses
@@ -190,6 +200,17 @@ class Theseus(Method):
 
     def __init__(self, name: str = "theseus", modifiers: tuple[str, ...] = (), suffix: str = "") -> None:
         self.name, self.modifiers, self.suffix = name, modifiers, suffix
+
+    def check(self, task: Task, recipe: Recipe, predecessor: nn.Module) -> None:
+        """``+unfreeze`` (or the recipe's ``unfreeze_at_one``) needs a parameter outside the groups: a GCN's groups
+        hold every one, and ``"head"`` needs a task that names its head (`HasHead`)."""
+        unfreeze = "all" if "unfreeze" in self.modifiers else recipe.unfreeze_at_one
+        if unfreeze is None:
+            return
+        try:
+            check_unfreeze(predecessor, unfreeze, task)
+        except ValueError as error:
+            raise ValueError(f"{self.name}: {'+unfreeze, ' if 'unfreeze' in self.modifiers else ''}{error}") from None
 
     def build(self, context: Context) -> Trainee:
         task, recipe = context.task, context.recipe

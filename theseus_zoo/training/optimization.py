@@ -6,6 +6,7 @@ normalization weights, and every phase's data order of its own.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from collections.abc import Callable
 from typing import Any
@@ -14,8 +15,10 @@ import torch
 from torch import nn
 
 import theseus_core as th
+from theseus_core.spec import resolve
 
 from ..recipes import Recipe
+from ..tasks.protocols import HasHead
 
 ParameterGroup = tuple[str, list[nn.Parameter]]
 
@@ -53,11 +56,32 @@ def unfrozen_at_one(model: nn.Module, theseus: th.Theseus, which: str, task: Any
     """The parameters outside the groups that ``unfreeze_at_one`` trains once p = 1: all of them (``"all"``), or
     those the task calls its head (``"head"``: `Task.is_head` on the parameter's name)."""
     inside = {id(parameter) for site in theseus.sites for parameter in site.parameters()}
+    return _outside(model, inside, which, task)
+
+
+def check_unfreeze(predecessor: nn.Module, which: str, task: Any) -> None:
+    """Raises `ValueError` now, before anything trains, where `unfrozen_at_one` would raise once the replacing stage
+    is built: on a copy of ``predecessor`` on the meta device (no memory, no weights changed), planned by the task,
+    whose groups would hold every parameter (GCN's layers) or every ``"head"`` parameter."""
+    model = copy.deepcopy(predecessor).to("meta")
+    inside = {
+        id(parameter)
+        for spec in task.plan(model)
+        for module in resolve(model, spec.path).modules
+        for parameter in module.parameters()
+    }
+    _outside(model, inside, which, task)
+
+
+def _outside(model: nn.Module, inside: set[int], which: str, task: Any) -> list[nn.Parameter]:
     outside = [(name, parameter) for name, parameter in model.named_parameters() if id(parameter) not in inside]
     if which == "head":
+        if not isinstance(task, HasHead):
+            raise ValueError(f"unfreeze_at_one='head' needs a task that names its head, not {type(task).__name__}")
         outside = [(name, parameter) for name, parameter in outside if task.is_head(name)]
     if not outside:
-        raise ValueError(f"unfreeze_at_one={which!r} finds no parameter outside the groups to train")
+        what = "parameter" if which == "all" else "parameter of the head"
+        raise ValueError(f"unfreeze_at_one={which!r} finds nothing to train: the groups hold every {what}")
     return [parameter for _, parameter in outside]
 
 

@@ -76,6 +76,9 @@ class Run:
     def _run(self) -> dict[str, Any]:
         session, recipe = self.session, self.recipe
         predecessor = self.task.build_predecessor()
+        methods = methods_of(recipe)
+        for method in methods:  # what a method's stage would refuse once built, refused before anything trains
+            method.check(self.task, recipe, predecessor)
         if recipe.predecessor is not None:
             # What follows draws from the RNG as it stood before the predecessor phase, whether that phase ran here
             # or its result was borrowed (--predecessor-from): a run compresses the same either way, so runs that
@@ -88,7 +91,7 @@ class Run:
             session.set_rng_state(before)
         context = Context(self.task, recipe, predecessor, session.accelerator.device)
         models: dict[str, nn.Module] = {"predecessor": predecessor}
-        for method in methods_of(recipe):
+        for method in methods:
             models[method.name] = self._train(method, context)
         # rank 0 tests, times, exports and writes; the others wait for its report (and so for its files)
         compact = next(model for name, model in models.items() if name != "predecessor")

@@ -17,6 +17,7 @@ from theseus_zoo.recipes import get_recipe
 from theseus_zoo.tasks import build_task
 from theseus_zoo.tasks.causal_lm import CausalLMOptions
 from theseus_zoo.tasks.options import parse_options
+from theseus_zoo.training.optimization import check_unfreeze
 
 WORDS = ["the", "a", "film", "plot", "actor", "story", "market", "bank", "shares", "rose", "fell", "is", "was", "good"]
 
@@ -162,6 +163,16 @@ def test_block_influence_groups_start_theseus_and_truncated_from_shortgpts_layer
     assert compress(tmp_path, {"options": influence, "baselines": []}) == 0
     with pytest.raises(ValueError, match="leave group_sizes unset and init at 'first'"):
         build_task("causal_lm", {**influence, "group_sizes": [3, 1]}, 0)
+
+
+def test_the_unfreeze_check_leaves_influence_groups_to_the_fine_tuned_predecessor(tiny_model, corpus):
+    influence = options(tiny_model, corpus, num_layers=2, groups="block_influence", init="first")
+    task = build_task("causal_lm", influence, 0)
+    predecessor = task.build_predecessor()
+    check_unfreeze(predecessor, "all", task)  # embeddings, final norm and lm_head lie outside the groups
+    assert task._influence_groups is None  # measured on the model the run replaces, not on a meta copy
+    with pytest.raises(ValueError, match="needs a task that names its head, not CausalLMTask"):
+        check_unfreeze(predecessor, "head", task)
 
 
 def test_a_streamline_baseline_run_trains_only_that_baseline(tiny_model, corpus, tmp_path):

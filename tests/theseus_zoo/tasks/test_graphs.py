@@ -318,3 +318,15 @@ def test_kd_on_every_node_with_frozen_predecessor_dropout_runs_end_to_end(tmp_pa
     assert cli.main(args) == 0
     report = json.loads((out / "report.json").read_text())
     assert set(report["models"]) == {"predecessor", "theseus", "baseline:kd"}
+
+
+def test_unfreeze_with_every_parameter_in_the_groups_is_refused_before_anything_trains(tmp_path, capsys):
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(TINY))
+    out = tmp_path / "run"
+    args = ["compress", "--recipe", "gcn-karate", "--config", str(config), "--out", str(out), "--no-progress"]
+    assert cli.main([*args, "--methods", "truncated,theseus+unfreeze"]) == 2  # the GCN's layers are all in groups
+    error = capsys.readouterr().err
+    assert "theseus: +unfreeze, unfreeze_at_one='all' finds nothing to train: the groups hold every parameter" in error
+    assert error.count("\n") == 1
+    assert not (out / "checkpoint.pt").exists() and not (out / "metrics.jsonl").exists()

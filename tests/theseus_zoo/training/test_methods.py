@@ -12,6 +12,7 @@ from theseus_zoo.recipes import get_recipe, parse_method
 from theseus_zoo.tasks import build_task
 from theseus_zoo.training.loop import optimizer_for
 from theseus_zoo.training.methods import BlockwiseWarmup, Context, Theseus, methods_of, split_budget
+from theseus_zoo.training.optimization import check_unfreeze
 
 
 @pytest.fixture
@@ -163,3 +164,24 @@ def test_a_run_of_composed_methods_reports_each_with_its_stages(tmp_path):
     assert set(report["comparisons"]) == {"predecessor", "baseline:kd", "theseus+unfreeze"}
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert {r["rate"] for r in records if r["phase"] == "warmup"} == {0.0}
+
+
+@pytest.mark.parametrize("which", ["all", "head"])
+@pytest.mark.parametrize(("recipe_name", "refuses"), [("toy", False), ("gcn-karate", True)])  # GCN: all in groups
+def test_the_unfreeze_check_refuses_before_training_exactly_what_the_stage_would(recipe_name, refuses, which):
+    recipe = get_recipe(recipe_name).with_overrides({"unfreeze_at_one": which})
+    task = build_task(recipe.family, recipe.options, recipe.seed)
+    predecessor = task.build_predecessor()
+    before = snapshot(predecessor)
+
+    def refused(call):
+        try:
+            call()
+        except ValueError:
+            return True
+        return False
+
+    early = refused(lambda: check_unfreeze(predecessor, which, task))
+    assert moved(predecessor, before) == set() and next(predecessor.parameters()).device.type == "cpu"
+    late = refused(lambda: Theseus().build(Context(task, recipe, predecessor)).stages[0].objective())
+    assert early == late == refuses
