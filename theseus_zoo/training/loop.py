@@ -18,6 +18,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ..recipes import Phase
+from . import ranks
 from .data_order import DataOrder, labelled_split
 from .methods import Objective, to_device
 from .optimization import optimizer_groups
@@ -114,6 +115,8 @@ def train_phase(session: Session, name: str, model: nn.Module, objective: Object
                 )
             if value.requires_grad:  # every group on its frozen predecessor: nothing to learn this step
                 accelerator.backward(value)
+                if objective.outside_wrapper:  # DDP averaged none of these gradients
+                    ranks.average_gradients(objective.trained)
         record = {"phase": name, "step": step + 1, "loss": mean, "lr": lr}
         if value.requires_grad:
             if phase.max_grad_norm is not None:

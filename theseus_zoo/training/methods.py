@@ -50,13 +50,16 @@ class Objective:
     """What one stage trains: ``parameters`` (named groups; the last of two is frozen until p = 1), ``loss``, for
     a replacing stage the Theseus handle and ``schedule`` (p as a function of the stage's step), and ``unlabelled``:
     the part of the loss that needs no label, which a recipe with ``labelled_examples`` also applies to a batch of
-    unlabelled examples each step (``None``: the loss needs labels throughout)."""
+    unlabelled examples each step (``None``: the loss needs labels throughout). ``outside_wrapper``: the loss calls
+    trained modules directly, not through the model's forward, so the DDP wrapper of a run on several processes
+    averages none of their gradients and the loop does (`ranks.average_gradients`)."""
 
     parameters: list[ParameterGroup]
     loss: Loss
     theseus: th.Theseus | None = None
     schedule: Callable[[int], float] | None = None
     unlabelled: Loss | None = None
+    outside_wrapper: bool = False
 
     @property
     def trained(self) -> list[nn.Parameter]:
@@ -226,7 +229,9 @@ class Theseus(Method):
             def warm() -> Objective:
                 parameters = [("successors", list(theseus.successor_parameters()))]
                 warmup_loss = BlockwiseWarmup(context.task, theseus)  # needs no label
-                return Objective(parameters, warmup_loss, theseus, lambda step: 0.0, unlabelled=warmup_loss)
+                return Objective(
+                    parameters, warmup_loss, theseus, lambda step: 0.0, unlabelled=warmup_loss, outside_wrapper=True
+                )
 
             stages.append(Stage("warmup" + self.suffix, warmup, warm))
 

@@ -43,6 +43,19 @@ def from_rank_zero(value: T) -> T:
     return box[0]
 
 
+def average_gradients(parameters: list[torch.nn.Parameter]) -> None:
+    """Replaces each gradient by its mean over ranks (in place; nothing to do on one process): for a loss that runs
+    trained modules outside the DDP wrapper's forward, whose gradients DDP does not average (`Objective`'s
+    ``outside_wrapper``). A parameter without gradient on one rank has none on every rank (same routes, same
+    modules), so the collectives pair up."""
+    if not _distributed():
+        return
+    for parameter in parameters:
+        if parameter.grad is not None:
+            dist.all_reduce(parameter.grad, op=dist.ReduceOp.SUM)
+            parameter.grad /= dist.get_world_size()
+
+
 def wait_for_everyone() -> None:
     """A barrier: returns once every rank has called it."""
     if _distributed():

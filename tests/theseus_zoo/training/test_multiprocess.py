@@ -107,6 +107,20 @@ def test_two_processes_write_once_agree_on_routes_and_log_the_mean_loss(tmp_path
     assert [r.get("rate") for r in logged] == [r.get("rate") for r in alone]
 
 
+def test_warmup_on_two_processes_trains_as_one_process_on_whole_batches(tmp_path, config):
+    """``+warmup`` runs the successors outside the DDP wrapper's forward, so the loop averages their gradients itself
+    (without it the ranks' successors drifted apart from the second warm-up step on)."""
+    args = ["compress", "--recipe", "toy", "--config", str(config), "--methods", "theseus+warmup", "--no-progress"]
+    launched = Torchrun("-m", "theseus_zoo.cli", *args, "--out", str(tmp_path / "two"), logs=tmp_path / "logs")
+    assert cli.main([*args, "--out", str(tmp_path / "one")]) == 0
+    returncode, _, stderr, _ = launched.wait()
+    assert returncode == 0, stderr[-3000:]
+    logged, alone = records(tmp_path / "two"), records(tmp_path / "one")
+    assert [(r["phase"], r["step"]) for r in logged] == [(r["phase"], r["step"]) for r in alone]
+    assert sum(r["phase"] == "warmup" for r in logged) >= 2  # a second step, after the first averaged update
+    assert [r["loss"] for r in logged] == pytest.approx([r["loss"] for r in alone], rel=1e-4)
+
+
 def test_ranks_given_different_seeds_fail_fast_with_one_line(tmp_path, config):
     out = tmp_path / "mismatch"
     command = f'exec "$PYTHON" -m theseus_zoo.cli compress --recipe toy --config {config} --out {out} --no-progress'
