@@ -98,21 +98,26 @@ def collect_matched(directory: Path) -> dict[int, Report]:
     return reports
 
 
-def check_one_predecessor_per_seed(grid: dict[str, dict[int, Report]]) -> None:
+def check_one_predecessor_per_seed(grid: dict[str, dict[int, Report]], *, require: bool = False) -> None:
     """Raises `SystemExit` unless every setting's run of a seed has the same predecessor (its test predictions, where
-    the runs keep them): the comparisons pair methods of different settings on one seed."""
+    the runs keep them): the comparisons pair methods of different settings on one seed. ``require``: a run that
+    keeps no predictions is refused too (compute-matched runs pair by them alone)."""
     for seed in sorted({seed for by_seed in grid.values() for seed in by_seed}):
         seen: dict[str, Any] = {}
         for setting, by_seed in grid.items():
-            predecessor = by_seed[seed].models.get("predecessor") if seed in by_seed else None
+            if seed not in by_seed:
+                continue
+            predecessor = by_seed[seed].models.get("predecessor")
             if predecessor is not None and predecessor.test_predictions is not None:
                 seen[setting] = predecessor.test_predictions
+            elif require:
+                raise SystemExit(f"seed {seed}: the run at {setting} keeps no predecessor predictions to pair by")
         first = next(iter(seen), None)
         other = next((setting for setting in seen if seen[setting] != seen[first]), None)
         if other is not None:
             raise SystemExit(
-                f"seed {seed}: the runs at settings {first} and {other} have different predecessors, so their "
-                f"methods cannot be paired; rerun one with --predecessor-from the other"
+                f"seed {seed}: the runs at {first} and {other} have different predecessors, so their methods cannot "
+                f"be paired; rerun one with --predecessor-from the other"
             )
 
 
@@ -174,15 +179,10 @@ def summarize(grid: dict[str, dict[int, Report]], matched: list[dict[int, Report
     compute_matched, setting = {}, methods[best_theseus]["setting"]
     pairs = [(runs, m) for runs in matched or [] for m in next(iter(runs.values())).models if m != "predecessor"]
     for runs, model in pairs:
-        for seed, report in runs.items():
-            ours = grid[setting].get(seed)
-            if ours is None:
-                raise SystemExit(
-                    f"a compute-matched run of seed {seed}, but no run of that seed at setting {setting} to pair it"
-                )
-            theirs, mine = (r.models["predecessor"].test_predictions for r in (report, ours))
-            if theirs is None or theirs != mine:
-                raise SystemExit(f"the compute-matched run of seed {seed} has another predecessor: it cannot pair")
+        if missing := sorted(set(runs) - set(grid[setting])):
+            raise SystemExit(f"compute-matched runs of seeds {missing}, but none at setting {setting} to pair them")
+        ours = {seed: grid[setting][seed] for seed in runs}
+        check_one_predecessor_per_seed({f"setting {setting}": ours, "compute-matched": runs}, require=True)
         steps = {report.phases[stages_of(report, model)[-1]]["steps"] for report in runs.values()}
         if len(steps) != 1:
             raise SystemExit(f"the compute-matched runs of {model} trained different numbers of steps: {sorted(steps)}")

@@ -73,7 +73,7 @@ def test_no_finished_run_is_one_line(tmp_path):
         methods.collect(tmp_path)
 
 
-def write_matched(root, seed, test, predecessor_predictions=(0, 1)):
+def write_matched(root, seed, test, predecessor_predictions=[0, 1]):  # noqa: B006 (never changed)
     """A finished compute-matched run: truncated fine-tuning for 10 steps on the seed's predecessor."""
     out = root / f"seed{seed}"
     out.mkdir(parents=True)
@@ -81,7 +81,7 @@ def write_matched(root, seed, test, predecessor_predictions=(0, 1)):
         "recipe": {"methods": ["truncated"]},
         "metric": "accuracy",
         "models": {
-            "predecessor": {"test": {"accuracy": 0.9}, "test_predictions": list(predecessor_predictions)},
+            "predecessor": {"test": {"accuracy": 0.9}, "test_predictions": predecessor_predictions},
             "baseline:truncated": {"test": {"accuracy": test}},
         },
         "speedup": 1.0,
@@ -110,9 +110,14 @@ def test_compute_matched_runs_pair_with_the_best_variant_on_the_same_predecessor
     assert entry["median_seconds"] == 4.0
     assert "theseus+warmup − truncated, 10 steps" in methods.markdown(summary, "cell", "command")
 
-    write_matched(tmp_path / "other", 0, 0.75, predecessor_predictions=(1, 1))
-    with pytest.raises(SystemExit, match="seed 0 has another predecessor"):
+    write_matched(tmp_path / "other", 0, 0.75, predecessor_predictions=[1, 1])
+    with pytest.raises(
+        SystemExit, match="seed 0: the runs at setting 1e-3 and compute-matched have different predecessors"
+    ):
         methods.summarize(grid, [methods.collect_matched(tmp_path / "other")])
+    write_matched(tmp_path / "blind", 0, 0.75, predecessor_predictions=None)
+    with pytest.raises(SystemExit, match="seed 0: the run at compute-matched keeps no predecessor predictions"):
+        methods.summarize(grid, [methods.collect_matched(tmp_path / "blind")])
 
 
 def test_seed_runs_without_a_grid_are_one_grid_point_at_the_recipes_rate(tmp_path):
@@ -161,5 +166,5 @@ def test_runs_of_one_seed_on_different_predecessors_are_refused_not_paired(tmp_p
         edit_report(
             tmp_path, setting, 0, lambda r, p=predictions: r["models"]["predecessor"].update(test_predictions=p)
         )
-    with pytest.raises(SystemExit, match="seed 0: the runs at settings 1e-2 and 5e-3 have different predecessors"):
+    with pytest.raises(SystemExit, match="seed 0: the runs at 1e-2 and 5e-3 have different predecessors"):
         methods.summarize(methods.collect(tmp_path))
