@@ -3,7 +3,8 @@
 # (kind, seed), one thread per run. Seed 0 of MobileNetV2 trains the shared ResNet-34 predecessor (1,812 steps); every
 # other run borrows it (SOURCE_RUN=DIR borrows another run's, e.g. one made with METHODS=truncated, which trains the
 # same predecessor: it depends on the seed only). LRS="1.5e-4 3e-4 6e-4": a learning-rate grid instead, each rate's
-# runs in runs/i24/resnet/KIND-grid/lr<LR>/seed<N> (for `benchmarks.methods`). Usage: issue24-resnet-grid.sh KIND
+# runs in runs/i24/resnet/KIND-grid/lr<LR>/seed<N> (for `benchmarks.methods`); with WARMUP=0.5 also, +warmup's
+# share of the budget (warmup_fraction) in lr<LR>-warm<W>/seed<N>. Usage: issue24-resnet-grid.sh KIND
 # [SEEDS...] (KIND: mobilenet-v2 | shufflenet-v2). Rerun to resume: finished runs are kept, interrupted ones resume
 # from their checkpoint.
 cd "$(dirname "$0")/../.."
@@ -15,8 +16,11 @@ for seed in "${seeds[@]}"; do
   for lr in ${LRS:-recipe}; do
     out=runs/i24/resnet/$kind/seed$seed; config=""
     if [ $lr != recipe ]; then
-      out=runs/i24/resnet/$kind-grid/lr$lr/seed$seed; mkdir -p $(dirname $out)
-      echo "{\"replacing\": {\"lr\": $lr}}" > $(dirname $out)/config.json; config="--config $(dirname $out)/config.json"
+      setting=lr$lr; warmup=""
+      if [ -n "$WARMUP" ]; then setting=$setting-warm$WARMUP; warmup=", \"warmup_fraction\": $WARMUP"; fi
+      out=runs/i24/resnet/$kind-grid/$setting/seed$seed; mkdir -p $(dirname $out)
+      echo "{\"replacing\": {\"lr\": $lr}$warmup}" > $(dirname $out)/config.json
+      config="--config $(dirname $out)/config.json"
     fi
     [ -f $out/report.json ] && continue
     extra=""
