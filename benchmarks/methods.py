@@ -121,6 +121,24 @@ def check_one_predecessor_per_seed(grid: dict[str, dict[int, Report]], *, requir
             )
 
 
+def check_one_method_per_key(grid: dict[str, dict[int, Report]]) -> None:
+    """Raises `SystemExit` when a report key names different methods in different runs: a run's ``theseus`` is its
+    first Theseus variant, so the paper's Theseus in one run and ``theseus+warmup+kd`` in another would be pooled."""
+    named: dict[str, dict[str, str]] = {}
+    for setting, by_seed in grid.items():
+        for report in by_seed.values():
+            for model in report.models:
+                if model != "predecessor":
+                    named.setdefault(model, {}).setdefault(method_name(report, model), setting)
+    for model, methods in named.items():
+        if len(methods) > 1:
+            (a, at_a), (b, at_b) = list(methods.items())[:2]
+            raise SystemExit(
+                f"the runs' {model!r} is {a} at {at_a} but {b} at {at_b}: read them separately (--settings), or run "
+                f"every setting with the same --methods"
+            )
+
+
 def summarize(grid: dict[str, dict[int, Report]], matched: list[dict[int, Report]] | None = None) -> dict[str, Any]:
     """Per method: dev per setting it ran at, the chosen setting, test per seed there, seconds; and the comparisons;
     with ``matched`` (`collect_matched` of each directory), the best Theseus variant against each compute-matched
@@ -130,6 +148,7 @@ def summarize(grid: dict[str, dict[int, Report]], matched: list[dict[int, Report
         raise SystemExit("no seed is finished at every setting of the grid yet")
     first = grid[next(iter(grid))][seeds[0]]
     check_one_predecessor_per_seed(grid)
+    check_one_method_per_key(grid)
     every = [model for by_seed in grid.values() for report in by_seed.values() for model in report.models]
     methods: dict[str, Any] = {}
     for model in [model for model in dict.fromkeys(every) if model != "predecessor"]:

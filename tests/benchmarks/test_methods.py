@@ -120,6 +120,14 @@ def test_compute_matched_runs_pair_with_the_best_variant_on_the_same_predecessor
         methods.summarize(grid, [methods.collect_matched(tmp_path / "blind")])
 
 
+def test_runs_whose_theseus_is_another_variant_are_not_pooled(tmp_path):
+    for lr in ("1e-3", "3e-4"):
+        write_run(tmp_path, lr, 0, {"theseus": 0.9, "baseline:kd": 0.5}, {"theseus": 0.8, "baseline:kd": 0.7})
+    edit_report(tmp_path, "3e-4", 0, lambda r: r["recipe"].update(methods=None))  # the paper's Theseus
+    with pytest.raises(SystemExit, match="'theseus' is theseus\\+warmup at 1e-3 but theseus at 3e-4"):
+        methods.summarize(methods.collect(tmp_path))
+
+
 def test_seed_runs_without_a_grid_are_one_grid_point_at_the_recipes_rate(tmp_path):
     for seed in range(2):
         write_run(tmp_path / "grid", "1e-3", seed, {"theseus": 0.9, "baseline:kd": 0.5}, {"theseus": 0.8})
