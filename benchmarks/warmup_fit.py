@@ -4,12 +4,13 @@
 
 For each run directory (`theseus compress` with a ``+warmup`` variant), rebuilds the variant's model as the run
 built it (`theseus_zoo.training.methods.Theseus` on the run's recipe and fine-tuned predecessor), loads the weights
-its warm-up stage kept, and measures on ``--batches`` training batches (the last of the split) each successor's
-relative squared error in eval mode: mean (successor(x) − group(x))² / variance of group(x), with x the group's real
-input (`BlockwiseWarmup`'s records), so 0 is a perfect fit and 1 is no better than predicting the mean; beside it the
-same for the successors as `replace_` initialises them (before warm-up), and the dev metric of the model with every
-successor in place after warm-up (what the run logged at the warm-up's end). Writes ``<out>/warmup-fit-<name>.json``
-and ``.md``.
+its warm-up stage kept (those of its best dev evaluation), and measures on ``--batches`` training batches (the
+split's last) each successor's relative squared error, in eval mode: mean (successor(x) − group(x))² / variance of
+group(x), with x the group's real input (`BlockwiseWarmup`'s records), so 0 is a perfect fit and 1 no better than
+predicting the mean. Beside it: the same for the successors as `replace_` initialises them before warm-up (a random
+initialisation is drawn anew from the recipe's seed, not the run's own draw), and the dev metric of the model with
+every successor in place, the run's kept weights (equal to the warm-up's ``best_metric`` in the run). Writes
+``<out>/warmup-fit-<name>.json`` and ``.md``.
 """
 
 from __future__ import annotations
@@ -39,13 +40,13 @@ def relative_errors(warmup: BlockwiseWarmup, model: torch.nn.Module, batches: li
     """Per site: mean over ``batches`` of MSE(successor(x), group(x)) / Var(group(x)), the successors in eval mode."""
     sites = warmup.theseus.sites
     errors: list[list[float]] = [[] for _ in sites]
+    model.eval()  # BlockwiseWarmup restores this mode: no batch-norm statistic moves while measuring
     with torch.no_grad():
         for batch in batches:
             warmup(model, batch)  # records each group's input and output (the successors' terms are discarded)
             for index, site in enumerate(sites):
                 args, kwargs, output = warmup.records[index]
                 primary, rest, named = split_primary(args, kwargs, site.successor.primary_name, site.path)
-                site.successor.eval()
                 predicted = primary_output(site.successor(primary, *rest, **named))
                 target = primary_output(output)
                 errors[index].append(float(((predicted - target) ** 2).mean() / target.var()))
@@ -75,16 +76,18 @@ def measure(run: Path, batches: int) -> dict[str, Any]:
     warmup = objective.loss
     train = task.dataset("train")
     size = recipe.replacing.batch_size
+    if batches * size > len(train):
+        raise SystemExit(f"--batches {batches} of {size} is more than the {len(train)} training examples")
     chosen = range(len(train) - batches * size, len(train))
     data = [task.collate([train[i] for i in chosen[start : start + size]]) for start in range(0, len(chosen), size)]
     before = relative_errors(warmup, trainee.model, data)
     trainee.model.load_state_dict(state["done"][stage]["weights"])
     after = relative_errors(warmup, trainee.model, data)
-    trainee.model.eval()
     return {
         "run": str(run),
         "method": variant,
         "warmup_steps": state["done"][stage]["steps"],
+        "kept_step": state["done"][stage]["best_step"],
         "sites": [site.path for site in objective.theseus.sites],
         "relative_error_before": before,
         "relative_error_after": after,

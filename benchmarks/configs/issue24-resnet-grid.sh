@@ -10,6 +10,9 @@
 cd "$(dirname "$0")/../.."
 METHODS=${METHODS:-theseus,theseus+warmup,theseus+warmup+kd,truncated,kd}
 kind=$1; shift
+if [ -n "$WARMUP" ] && { [ -z "$LRS" ] || ! [[ $WARMUP =~ ^0\.[0-9]+$ ]]; }; then
+  echo "WARMUP=$WARMUP: a fraction like 0.5, with LRS (its runs are a grid point)" >&2; exit 2
+fi
 source_run=${SOURCE_RUN:-runs/i24/resnet/mobilenet-v2/seed0}
 seeds=("$@"); [ ${#seeds[@]} -eq 0 ] && seeds=(0 1 2 3 4)
 for seed in "${seeds[@]}"; do

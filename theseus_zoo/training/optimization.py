@@ -61,9 +61,16 @@ def unfrozen_at_one(model: nn.Module, theseus: th.Theseus, which: str, task: Any
 
 def check_unfreeze(predecessor: nn.Module, which: str, task: Any) -> None:
     """Raises `ValueError` now, before anything trains, where `unfrozen_at_one` would raise once the replacing stage
-    is built: on a copy of ``predecessor`` on the meta device (no memory, no weights changed), planned by the task,
+    is built: on a copy of ``predecessor`` on the meta device (no weight copied or changed), planned by the task,
     whose groups would hold every parameter (GCN's layers) or every ``"head"`` parameter."""
-    model = copy.deepcopy(predecessor).to("meta")
+    tensors = [*predecessor.parameters(), *predecessor.buffers()]
+    on_meta = {  # deepcopy's memo: each tensor's copy is its meta twin, once, however often it is shared
+        id(tensor): nn.Parameter(tensor.to("meta"), tensor.requires_grad)
+        if isinstance(tensor, nn.Parameter)
+        else tensor.to("meta")
+        for tensor in tensors
+    }
+    model = copy.deepcopy(predecessor, on_meta)  # no weight copied, tied parameters kept tied
     inside = {
         id(parameter)
         for spec in task.plan(model)

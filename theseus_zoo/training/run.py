@@ -38,6 +38,7 @@ from .loop import train_phase
 from .methods import Context, Method, Objective, Stage, methods_of, refine_stage, task_loss
 from .optimization import predecessor_parameters
 from .report import write_report
+from .run_directory import RunError
 from .session import Session
 
 
@@ -78,7 +79,10 @@ class Run:
         predecessor = self.task.build_predecessor()
         methods = methods_of(recipe)
         for method in methods:  # what a method's stage would refuse once built, refused before anything trains
-            method.check(self.task, recipe, predecessor)
+            try:
+                method.check(self.task, recipe, predecessor)
+            except ValueError as error:  # every rank finds it alike: one line, the ranks leave together
+                raise RunError(str(error), on_every_rank=session.processes > 1, quiet=not self.main) from None
         if recipe.predecessor is not None:
             # What follows draws from the RNG as it stood before the predecessor phase, whether that phase ran here
             # or its result was borrowed (--predecessor-from): a run compresses the same either way, so runs that
