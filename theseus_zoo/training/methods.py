@@ -205,13 +205,18 @@ class Theseus(Method):
         self.name, self.modifiers, self.suffix = name, modifiers, suffix
 
     def check(self, task: Task, recipe: Recipe, predecessor: nn.Module) -> None:
-        """``+unfreeze`` (or the recipe's ``unfreeze_at_one``) needs a parameter outside the groups: a GCN's groups
-        hold every one, and ``"head"`` needs a task that names its head (`HasHead`)."""
-        unfreeze = "all" if "unfreeze" in self.modifiers else recipe.unfreeze_at_one
-        if unfreeze is None:
-            return
+        """``+warmup`` needs a replacing budget to split (`split_budget`); ``+unfreeze`` (or the recipe's
+        ``unfreeze_at_one``) a parameter outside the groups: a GCN's groups hold every one, and ``"head"`` needs a
+        task that names its head (`HasHead`)."""
         try:
-            check_unfreeze(predecessor, unfreeze, task)
+            if "warmup" in self.modifiers:
+                split_budget(recipe)
+        except ValueError as error:
+            raise ValueError(f"{self.name}: {error}") from None
+        unfreeze = "all" if "unfreeze" in self.modifiers else recipe.unfreeze_at_one
+        try:
+            if unfreeze is not None:
+                check_unfreeze(predecessor, unfreeze, task)
         except ValueError as error:
             raise ValueError(f"{self.name}: {'+unfreeze, ' if 'unfreeze' in self.modifiers else ''}{error}") from None
 

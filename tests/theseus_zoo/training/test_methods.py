@@ -185,3 +185,13 @@ def test_the_unfreeze_check_refuses_before_training_exactly_what_the_stage_would
     assert moved(predecessor, before) == set() and next(predecessor.parameters()).device.type == "cpu"
     late = refused(lambda: Theseus().build(Context(task, recipe, predecessor)).stages[0].objective())
     assert early == late == refuses
+
+
+def test_warmup_without_a_budget_to_split_is_refused_before_the_predecessor_trains(tmp_path, capsys):
+    config = tmp_path / "one-step.json"
+    config.write_text(json.dumps({"replacing": {"steps": 1, "eval_every": 1}, "steps_to_one": 1}))
+    out = tmp_path / "run"
+    args = ["compress", "--recipe", "toy", "--config", str(config), "--out", str(out), "--no-progress"]
+    assert cli.main([*args, "--methods", "kd,theseus+warmup"]) == 2
+    assert "theseus: +warmup splits the replacing budget, and replacing.steps is 1" in capsys.readouterr().err
+    assert not (out / "checkpoint.pt").exists()
