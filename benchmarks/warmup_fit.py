@@ -5,11 +5,12 @@
 For each run directory (`theseus compress` with a ``+warmup`` variant), rebuilds the variant's model as the run
 built it (`theseus_zoo.training.methods.Theseus` on the run's recipe and fine-tuned predecessor), loads the weights
 its warm-up stage kept (those of its best dev evaluation), and measures on ``--batches`` training batches (the
-split's last) each successor's relative squared error, in eval mode: mean (successor(x) − group(x))² / variance of
-group(x), with x the group's real input (`BlockwiseWarmup`'s records), so 0 is a perfect fit and 1 no better than
-predicting the mean. Beside it: the same for the successors as `replace_` initialises them before warm-up (a random
-initialisation is drawn anew from the recipe's seed, not the run's own draw), and the dev metric of the model with
-every successor in place, the run's kept weights (equal to the warm-up's ``best_metric`` in the run). Writes
+split's last; all of it when smaller) each successor's relative squared error, in eval mode: mean
+(successor(x) − group(x))² / variance of group(x), with x the group's real input (`BlockwiseWarmup`'s records), so
+0 is a perfect fit and 1 no better than predicting the mean. Beside it: the same for the successors as `replace_`
+initialises them before warm-up (a random initialisation is drawn anew from the recipe's seed, not the run's own
+draw), and the dev metric of the model with every successor in place, the run's kept weights (equal to the
+warm-up's ``best_metric`` in the run). Writes
 ``<out>/warmup-fit-<name>.json`` and ``.md``.
 """
 
@@ -76,9 +77,7 @@ def measure(run: Path, batches: int) -> dict[str, Any]:
     warmup = objective.loss
     train = task.dataset("train")
     size = recipe.replacing.batch_size
-    if batches * size > len(train):
-        raise SystemExit(f"--batches {batches} of {size} is more than the {len(train)} training examples")
-    chosen = range(len(train) - batches * size, len(train))
+    chosen = range(max(0, len(train) - batches * size), len(train))  # a full-graph batch: the whole split
     data = [task.collate([train[i] for i in chosen[start : start + size]]) for start in range(0, len(chosen), size)]
     before = relative_errors(warmup, trainee.model, data)
     trainee.model.load_state_dict(state["done"][stage]["weights"])
@@ -121,7 +120,12 @@ def markdown(results: list[dict[str, Any]], command: str) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", type=Path, nargs="+", metavar="RUN", help="finished runs with a +warmup variant")
-    parser.add_argument("--batches", type=int, default=4, help="training batches to measure on (the split's last)")
+    parser.add_argument(
+        "--batches",
+        type=int,
+        default=4,
+        help="training batches to measure on (the split's last; all of it when smaller)",
+    )
     parser.add_argument("--name", default=None, help="the output files' name (default: the first run's directory)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
