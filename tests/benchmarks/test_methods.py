@@ -2,6 +2,7 @@
 
 import json
 
+import numpy
 import pytest
 
 from benchmarks import methods
@@ -166,6 +167,21 @@ def test_a_tie_on_dev_up_to_summation_order_goes_to_the_first_setting_in_directo
             dev, test = {"theseus": value, "baseline:kd": 0.5}, {"theseus": 0.5, "baseline:kd": 0.5}
             write_run(tmp_path, setting, seed, dev, test)
     assert methods.summarize(methods.collect(tmp_path))["methods"]["theseus"]["setting"] == "1e-2"
+
+
+def test_a_tie_of_float32_scores_goes_to_the_first_setting_too(tmp_path):
+    # 0.892 + 0.902 + 0.898 and 0.900 + 0.897 + 0.895 dev accuracy, as a run stores them (float32): 2e-8 apart
+    devs = {"2.4e-3": [0.892, 0.902, 0.898], "4.8e-3": [0.900, 0.897, 0.895]}
+    for setting, values in devs.items():
+        for seed, value in enumerate(values):
+            dev = {"theseus": float(numpy.float32(value)), "baseline:kd": 0.5}
+            write_run(tmp_path, setting, seed, dev, {"theseus": 0.5, "baseline:kd": 0.5})
+    dev = methods.summarize(methods.collect(tmp_path))["methods"]["theseus"]["dev_by_setting"]
+    assert dev["2.4e-3"] != dev["4.8e-3"] and abs(dev["2.4e-3"] - dev["4.8e-3"]) < 1e-7
+    for order in (["4.8e-3", "2.4e-3"], ["2.4e-3", "4.8e-3"]):  # whichever is read first wins
+        grid = methods.collect(tmp_path)
+        grid = {setting: grid[setting] for setting in order}
+        assert methods.summarize(grid)["methods"]["theseus"]["setting"] == order[0]
 
 
 def test_runs_of_one_seed_on_different_predecessors_are_refused_not_paired(tmp_path):
