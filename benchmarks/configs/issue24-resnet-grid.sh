@@ -4,7 +4,8 @@
 # other run borrows it (SOURCE_RUN=DIR borrows another run's, e.g. one made with METHODS=truncated, which trains the
 # same predecessor: it depends on the seed only). LRS="1.5e-4 3e-4 6e-4": a learning-rate grid instead, each rate's
 # runs in runs/i24/resnet/KIND-grid/lr<LR>/seed<N> (for `benchmarks.methods`); with WARMUP=0.5 also, +warmup's
-# share of the budget (warmup_fraction) in lr<LR>-warm<W>/seed<N>. Usage: issue24-resnet-grid.sh KIND
+# share of the budget (warmup_fraction) in lr<LR>-warm<W>/seed<N>; TAG=direct names the setting lr<LR>-direct (e.g.
+# METHODS=truncated apart from the variant's runs at that rate). Usage: issue24-resnet-grid.sh KIND
 # [SEEDS...] (KIND: mobilenet-v2 | shufflenet-v2). Rerun to resume: finished runs are kept, interrupted ones resume
 # from their checkpoint.
 cd "$(dirname "$0")/../.."
@@ -21,6 +22,7 @@ for seed in "${seeds[@]}"; do
     if [ $lr != recipe ]; then
       setting=lr$lr; warmup=""
       if [ -n "$WARMUP" ]; then setting=$setting-warm$WARMUP; warmup=", \"warmup_fraction\": $WARMUP"; fi
+      [ -n "$TAG" ] && setting=$setting-$TAG
       out=runs/i24/resnet/$kind-grid/$setting/seed$seed; mkdir -p $(dirname $out)
       echo "{\"replacing\": {\"lr\": $lr}$warmup}" > $(dirname $out)/config.json
       config="--config $(dirname $out)/config.json"
