@@ -10,8 +10,7 @@ split's last; all of it when smaller) each successor's relative squared error, i
 0 is a perfect fit and 1 no better than predicting the mean. Beside it: the same for the successors as `replace_`
 initialises them before warm-up (a random initialisation is drawn anew from the recipe's seed, not the run's own
 draw), and the dev metric of the model with every successor in place, the run's kept weights (equal to the
-warm-up's ``best_metric`` in the run). Writes
-``<out>/warmup-fit-<name>.json`` and ``.md``.
+warm-up's ``best_metric`` in the run). Writes ``<out>/warmup-fit-<name>.json`` and ``.md``.
 """
 
 from __future__ import annotations
@@ -27,10 +26,10 @@ from typing import Any
 import torch
 
 from theseus_core import primary_output, split_primary
-from theseus_zoo.recipes import get_recipe, parse_method
+from theseus_zoo.recipes import get_recipe
 from theseus_zoo.tasks import build_task
 from theseus_zoo.training.checkpoints import read_checkpoint
-from theseus_zoo.training.methods import BlockwiseWarmup, Context, Theseus
+from theseus_zoo.training.methods import BlockwiseWarmup, Context, Theseus, methods_of
 
 from .harness import environment, markdown_table, write_report
 
@@ -58,12 +57,10 @@ def measure(run: Path, batches: int) -> dict[str, Any]:
     """The run's warm-up fit (module docstring)."""
     saved = json.loads((run / "recipe.json").read_text())
     recipe = get_recipe(saved["name"]).with_overrides({k: v for k, v in saved.items() if k != "name"})
-    variants = [name for name in recipe.method_names() if "warmup" in parse_method(name)[1]]
-    if not variants:
+    method = next((m for m in methods_of(recipe) if isinstance(m, Theseus) and "warmup" in m.modifiers), None)
+    if method is None:
         raise SystemExit(f"{run}: the run trained no +warmup variant ({', '.join(recipe.method_names())})")
-    first = next(name for name in recipe.method_names() if parse_method(name)[0] == "theseus")
-    variant = variants[0]
-    stage = "warmup" if variant == first else f"warmup:{variant}"
+    variant, stage = "+".join(("theseus", *method.modifiers)), "warmup" + method.suffix  # as the run named them
     state = read_checkpoint(run / "checkpoint.pt")
     if stage not in state["done"]:
         raise SystemExit(f"{run}: its stage {stage} is not finished")
@@ -72,7 +69,7 @@ def measure(run: Path, batches: int) -> dict[str, Any]:
     if "predecessor" in state["done"]:
         predecessor.load_state_dict(state["done"]["predecessor"]["weights"])
     torch.manual_seed(recipe.seed)
-    trainee = Theseus(variant, parse_method(variant)[1]).build(Context(task, recipe, predecessor))
+    trainee = method.build(Context(task, recipe, predecessor))
     objective = trainee.stages[0].objective()
     warmup = objective.loss
     train = task.dataset("train")
