@@ -1,7 +1,7 @@
 """Powered comparisons: Theseus against the simple alternatives in one cell, lr picked on dev for every method alike.
 
     python -m benchmarks.compare --recipe minilm-rt-five-2l [--predecessor-from RUN] \\
-        [--methods theseus truncated kd theseus+unfreeze theseus+consistency theseus+kd] \\
+        [--methods theseus truncated kd "theseus+unfreeze(which=head)" theseus+consistency theseus+soft] \\
         [--lrs 5e-5 1e-4 2e-4] [--lr METHOD=LR ...] [--seeds 0 1 2 3 4] [--config FILE.json] [--jobs 2] \
         [--threads 1] \
         [--runs runs/compare] [--out benchmarks/results/compare]
@@ -46,42 +46,37 @@ from typing import Any
 
 import numpy as np
 
+from theseus_zoo.methods import parse_method, report_keys
 from theseus_zoo.recipes import get_recipe, with_defaults
 from theseus_zoo.training.results import REPORT, Report
 
 from .harness import environment, markdown_table, write_report
 from .recipes import paired_comparison, run_seed
 
-METHODS: dict[str, dict[str, Any]] = {
-    "theseus": {"baselines": []},
-    "theseus+unfreeze": {"baselines": [], "unfreeze_at_one": "head"},
-    "theseus+unfreeze-all": {"baselines": [], "unfreeze_at_one": "all"},
-    "theseus+consistency": {"baselines": [], "consistency_weight": 1.0},
-    "theseus+kd": {"baselines": [], "kd_weight": 1.0},
-    "theseus-constant": {"baselines": [], "schedule": "constant", "schedule_base": 0.5},  # Table 6's ablations
-    "theseus-anti-curriculum": {"baselines": [], "schedule": "anti_curriculum"},
-    "truncated": {"theseus": False, "baselines": ["truncated"]},
-    "truncated-pretrained": {"theseus": False, "baselines": ["pretrained"]},
-    "kd": {"theseus": False, "baselines": ["kd"]},
-    "scratch": {"theseus": False, "baselines": ["scratch"]},
-}
-"""Each method as recipe overrides: Theseus as the paper has it, its extensions (``+``), its schedule ablations (the
-paper's Table 6: a constant p = 0.5, the anti-curriculum), and the baselines alone."""
-
 
 def method_overrides(method: str) -> dict[str, Any]:
-    """``METHODS[method]`` with ``methods`` null, so that a recipe naming its own methods (`Recipe.methods`, which
-    overrides ``theseus`` and ``baselines``) trains this one method alone."""
-    return {"methods": None, **METHODS[method]}
+    """The recipe overrides that train ``method`` alone: any name of `theseus_zoo.methods` (``theseus``, the
+    variants ``theseus+unfreeze(which=head)``, ``theseus+consistency``, ``theseus+soft``, the paper's Table 6
+    ablations ``theseus(schedule=constant,base=0.5)`` and ``theseus(schedule=anti_curriculum)``, the baselines)."""
+    return {"methods": [method]}
 
 
 def model_of(method: str) -> str:
-    """The report's model entry a method trains."""
-    return "theseus" if method.startswith("theseus") else f"baseline:{METHODS[method]['baselines'][0]}"
+    """The report's model entry a method trains (`theseus_zoo.methods.report_keys`)."""
+    return report_keys([method])[0][0]
 
 
 def phase_of(method: str) -> str:
-    return "replacing" if method.startswith("theseus") else model_of(method)
+    """The stage whose best dev metric is the method's: a Theseus variant's replacing stage, a baseline's own."""
+    return "replacing" if parse_method(method).base == "theseus" else model_of(method)
+
+
+def method_name(text: str) -> str:
+    """A method name as `theseus_zoo.methods.parse_method` reads it, spelled canonically."""
+    try:
+        return str(parse_method(text))
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 class Comparison:
@@ -266,9 +261,8 @@ def grid_cell(outcome: dict[str, Any], method: str, lr: float) -> str:
 
 def method_lr(text: str) -> tuple[str, float]:
     """``METHOD=LR`` as given to ``--lr``."""
-    method, _, lr = text.partition("=")
-    if method not in METHODS:
-        raise argparse.ArgumentTypeError(f"{method!r} is not a method; one of {', '.join(METHODS)}")
+    text_method, _, lr = text.rpartition("=")  # a method's own arguments hold "=" too: kd(alpha=0.7)=1e-4
+    method = method_name(text_method)
     try:
         value = float(lr)
     except ValueError:
@@ -291,7 +285,7 @@ def merged(reports: dict[str, dict[int, dict]], method: str, reference: str) -> 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", required=True)
-    parser.add_argument("--methods", nargs="+", default=["theseus", "truncated", "kd"], choices=list(METHODS))
+    parser.add_argument("--methods", nargs="+", default=["theseus", "truncated", "kd"], type=method_name)
     parser.add_argument("--lrs", type=float, nargs="+", default=[5e-5, 1e-4, 2e-4])
     parser.add_argument(
         "--lr",

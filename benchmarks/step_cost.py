@@ -1,6 +1,6 @@
 """What one training step of each method costs: Theseus as the paper has it, its extensions, and the baselines.
 
-    python -m benchmarks.step_cost [--recipe minilm-rt-regression-2l] [--methods theseus theseus+kd ...]
+    python -m benchmarks.step_cost [--recipe minilm-rt-regression-2l] [--methods theseus theseus+soft ...]
                                    [--rates 0.5 1.0] [--rounds 12] [--threads 2] [--out benchmarks/results]
 
 For one recipe, builds its task and predecessor (the weights as loaded: a step costs the same trained or not) and,
@@ -34,7 +34,7 @@ from theseus_zoo.training.data_order import labelled_split
 from theseus_zoo.training.loop import optimizer_for
 from theseus_zoo.training.methods import Context, methods_of
 
-from .compare import METHODS, method_overrides
+from .compare import method_name, method_overrides
 from .harness import environment, markdown_table, write_report
 
 Step = Callable[[float], None]
@@ -43,7 +43,7 @@ Step = Callable[[float], None]
 def method_step(
     method: str, recipe_name: str, predecessor: nn.Module, batch: Any, unlabelled_batch: Any = None
 ) -> tuple[Step, nn.Module]:
-    """One training step of ``method`` (a `benchmarks.compare.METHODS` name) as a function of the replacing rate, and
+    """One training step of ``method`` (a `theseus_zoo.methods` name) as a function of the replacing rate, and
     the model it trains: the model, parameters, loss and optimizer that `theseus compress` builds
     (`theseus_zoo.training.methods`, `theseus_zoo.training.loop.optimizer_for`); with ``unlabelled_batch``, the
     loss's label-free part (if it has one) is also applied to it, as the loop does with few labels."""
@@ -51,7 +51,7 @@ def method_step(
     task = build_task(recipe.family, recipe.options, recipe.seed)
     task.check()
     (trained,) = methods_of(recipe)
-    trainee = trained.build(Context(task, recipe, predecessor))
+    trainee = trained.build(Context(task, recipe.for_method(trained.full_name), predecessor))
     (stage,) = trainee.stages
     objective, model = stage.objective(), trainee.model
     optimizer = optimizer_for(model, objective, stage.phase)
@@ -94,8 +94,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--methods",
         nargs="+",
-        choices=list(METHODS),
-        default=["theseus", "theseus+kd", "theseus+consistency", "theseus+unfreeze-all", "truncated", "kd"],
+        type=method_name,
+        default=["theseus", "theseus+soft", "theseus+consistency", "theseus+unfreeze", "truncated", "kd"],
     )
     parser.add_argument("--rates", type=float, nargs="+", default=[0.5, 1.0], help="Theseus' replacing rates p")
     parser.add_argument("--rounds", type=int, default=12)

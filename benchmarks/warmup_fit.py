@@ -57,10 +57,10 @@ def measure(run: Path, batches: int) -> dict[str, Any]:
     """The run's warm-up fit (module docstring)."""
     saved = json.loads((run / "recipe.json").read_text())
     recipe = get_recipe(saved["name"]).with_overrides({k: v for k, v in saved.items() if k != "name"})
-    method = next((m for m in methods_of(recipe) if isinstance(m, Theseus) and "warmup" in m.modifiers), None)
+    method = next((m for m in methods_of(recipe) if isinstance(m, Theseus) and "warmup" in m.flags), None)
     if method is None:
         raise SystemExit(f"{run}: the run trained no +warmup variant ({', '.join(recipe.method_names())})")
-    variant, stage = "+".join(("theseus", *method.modifiers)), "warmup" + method.suffix  # as the run named them
+    variant, stage = method.full_name, "warmup" + method.suffix  # as the run named them
     state = read_checkpoint(run / "checkpoint.pt")
     if stage not in state["done"]:
         raise SystemExit(f"{run}: its stage {stage} is not finished")
@@ -69,7 +69,7 @@ def measure(run: Path, batches: int) -> dict[str, Any]:
     if "predecessor" in state["done"]:
         predecessor.load_state_dict(state["done"]["predecessor"]["weights"])
     torch.manual_seed(recipe.seed)
-    trainee = method.build(Context(task, recipe, predecessor))
+    trainee = method.build(Context(task, recipe.for_method(method.full_name), predecessor))
     objective = trainee.stages[0].objective()
     warmup = objective.loss
     train = task.dataset("train")

@@ -1,6 +1,7 @@
 """The `theseus` command.
 
     theseus recipes [PATTERN]
+    theseus methods
     theseus assets
     theseus fetch ASSET [ASSET ...]
     theseus compress --recipe NAME [--out DIR] [--config FILE.json] [--seed N] [--steps-to-one N] [--resume]
@@ -29,6 +30,7 @@ from pathlib import Path
 
 from .data.assets import ASSETS
 from .data.assets import fetch as fetch_asset
+from .methods import METHODS, split_methods
 from .recipes import Recipe, get_recipe, list_recipes, load_overrides
 
 
@@ -37,6 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     recipes = commands.add_parser("recipes", help="list the recipes")
     recipes.add_argument("pattern", nargs="?", default="*", help="glob on recipe names (default: all)")
+    commands.add_parser("methods", help="list the methods and modifiers --methods names")
     commands.add_parser("assets", help="list the offline assets (real models and data)")
     fetch = commands.add_parser("fetch", help="download, verify (sha256) and cache offline assets")
     fetch.add_argument("names", nargs="+", metavar="ASSET", help="names from `theseus assets`")
@@ -61,8 +64,8 @@ def _parser() -> argparse.ArgumentParser:
         )
     compress.add_argument(
         "--methods",
-        help="what to train, comma-separated, in place of the recipe's: theseus with +kd, +unfreeze, +warmup, and "
-        "baselines by name (e.g. theseus+warmup+kd,kd,truncated)",
+        help="what to train, comma-separated, in place of the recipe's: names from `theseus methods`, modifiers "
+        "after theseus, arguments in parentheses (e.g. theseus+warmup+kd,kd(alpha=0.7),truncated)",
     )
     sweep.add_argument("--grid", action="append", default=[], help="FIELD=V1,V2,... (repeatable; FIELD may be dotted)")
     sweep.add_argument("--paper-grid", action="store_true", help="BERT-of-Theseus' grid: lr, basic rate b, steps to 1")
@@ -81,7 +84,7 @@ def _recipe(args: argparse.Namespace) -> Recipe:
     if args.steps_to_one is not None:
         overrides["steps_to_one"] = args.steps_to_one
     if getattr(args, "methods", None) is not None:  # compress only
-        overrides["methods"] = [name.strip() for name in args.methods.split(",")]
+        overrides["methods"] = split_methods(args.methods)
     return get_recipe(args.recipe).with_overrides(overrides)
 
 
@@ -133,6 +136,12 @@ def main(argv: list[str] | None = None) -> int:
             width = max((len(recipe.name) for recipe in recipes), default=0)
             for recipe in recipes:
                 print(f"{recipe.name:<{width}}  {recipe.family:<6}  {recipe.description}")
+            return 0
+        if args.command == "methods":
+            specs = METHODS.list()
+            width = max(len(spec.name) for spec in specs)
+            for spec in sorted(specs, key=lambda spec: (spec.is_modifier, spec.name)):
+                print(f"{spec.name:<{width}}  {spec.description}")
             return 0
         if args.command == "assets":
             for asset in ASSETS.values():

@@ -8,6 +8,7 @@ fields overridden from a JSON file (``--config``) or flags.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 from collections.abc import Mapping
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from theseus_core.checks import is_finite_number, is_int
+from theseus_zoo.methods import method_overrides, parse_method, report_keys
 from theseus_zoo.registry import Registry
 
 BASELINES = ("truncated", "pretrained", "scratch", "kd", "direct")
@@ -32,35 +34,6 @@ no ternary stage); it needs a recipe with a ``refine`` phase."""
 
 DEFAULT_BASELINES = ("truncated", "scratch", "kd")
 """What a recipe trains when it names no baselines (``pretrained`` and ``direct`` are asked for by name)."""
-
-THESEUS_MODIFIERS = ("kd", "unfreeze", "warmup")
-"""What ``theseus+<modifier>+...`` adds to Theseus (`parse_method`): ``kd``, the ``kd`` baseline's loss (task loss
-and the frozen predecessor's logits at ``kd_alpha`` / ``kd_temperature``) in place of the task loss alone, through
-the replacing curriculum and successor fine-tuning; ``unfreeze``, every parameter outside the groups (embeddings,
-head) trained once p = 1 (``unfreeze_at_one="all"``); ``warmup``, blockwise distillation first (NetGraft,
-LLM-Streamline's first stage): each successor alone learns to map its group's real input to the group's real output
-(MSE), for ``warmup_fraction`` of the replacing budget, before replacing."""
-
-
-def parse_method(name: str) -> tuple[str, tuple[str, ...]]:
-    """``"theseus+warmup+kd"`` -> ``("theseus", ("warmup", "kd"))``; a baseline's name -> ``(name, ())``. Raises
-    `ValueError` in one line for an unknown method or modifier, a modifier given twice or on a baseline."""
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"a method is a name like 'theseus+warmup+kd' or 'kd', got {name!r}")
-    base, *modifiers = name.split("+")
-    if base not in ("theseus", *BASELINES):
-        raise ValueError(
-            f"unknown method {name!r}; methods: theseus[+{'|+'.join(THESEUS_MODIFIERS)}], {', '.join(BASELINES)}"
-        )
-    if modifiers and base != "theseus":
-        raise ValueError(f"method {name!r}: modifiers ({', '.join(THESEUS_MODIFIERS)}) apply to theseus only")
-    unknown = [modifier for modifier in modifiers if modifier not in THESEUS_MODIFIERS]
-    if unknown:
-        raise ValueError(f"method {name!r}: unknown modifier {unknown[0]!r}; modifiers: {', '.join(THESEUS_MODIFIERS)}")
-    if len(set(modifiers)) != len(modifiers):
-        raise ValueError(f"method {name!r} names a modifier twice")
-    return base, tuple(modifiers)
-
 
 LR_SCHEDULES = ("linear", "constant")
 SCHEDULES = ("curriculum", "constant", "anti_curriculum")
@@ -157,7 +130,8 @@ class Recipe:
             alone (prediction-layer distillation at ``kd_temperature``), the best dev state kept. ``None``: no
             such phase, the models are final after their first. (default: ``None``)
 
-    Extensions of the replacing phase, each a departure from the paper and off by default:
+    Extensions of the replacing phase, each a departure from the paper and off by default (each also a modifier
+    that sets it for one Theseus variant: ``+unfreeze``, ``+consistency``, ``+soft``):
 
     Args:
         unfreeze_at_one: Once p = 1, also train ``"head"`` (the family's head: pooler and classifier) or ``"all"``
@@ -171,10 +145,13 @@ class Recipe:
     Methods as composable names (issue 24), overriding ``theseus`` and ``baselines`` when given:
 
     Args:
-        methods: What to train, in order: ``"theseus"`` with modifiers (``"theseus+warmup+kd"``: `THESEUS_MODIFIERS`)
-            and baselines by name (`BASELINES`). The first Theseus variant is reported as ``"theseus"`` (the run's
-            Theseus, which every other model is compared with), later ones under their names. ``None``: Theseus
-            (unless ``theseus`` is false) and ``baselines``. (default: ``None``)
+        methods: What to train, in order, by the names of `theseus_zoo.methods` (``"theseus+warmup+kd"``,
+            ``"kd(alpha=0.7)"``, ``"truncated"``; `theseus methods` lists them). A method's arguments and modifiers
+            set recipe fields for that method alone (`Recipe.for_method`); the recipe may not set them too. The first
+            Theseus variant is reported as ``"theseus"`` (the run's Theseus, which every other model is compared
+            with), later ones under their names (`theseus_zoo.methods.report_keys`). ``None``: Theseus (unless
+            ``theseus`` is false) and ``baselines``, the older way, which ``methods`` may not be combined with.
+            (default: ``None``)
         warmup_fraction: The share of the replacing budget (``replacing.steps``) that ``+warmup`` spends on
             blockwise distillation; the replacing stage gets the rest, with ``steps_to_one`` scaled alike.
             (default: ``0.2``)
@@ -231,16 +208,58 @@ class Recipe:
             ):
                 raise ValueError(f"methods must be a non-empty list of names like 'theseus+kd', got {self.methods!r}")
             object.__setattr__(self, "methods", tuple(self.methods))
+        self._check_fields()
+        self._check_methods()
+
+    def _check_methods(self) -> None:
+        """The methods' names (`theseus_zoo.methods`), each once, one report key each, and the recipe fields each
+        sets for itself valid and not set by the recipe too (`method_overrides`)."""
+        if self.methods is not None:
             for name in self.methods:
                 parse_method(name)
             if len(set(self.methods)) != len(self.methods):
                 raise ValueError(f"methods names one method twice: {list(self.methods)}")
-            variants = [name for name in self.methods if parse_method(name)[0] == "theseus"]
-            if "theseus" in variants[1:]:
+            keys = [key for key, _ in report_keys(self.methods)]
+            if len(set(keys)) != len(keys):
                 raise ValueError(
-                    f"methods: plain theseus must come first among the Theseus variants {variants} (the first is "
-                    f"reported as 'theseus')"
+                    f"methods {list(self.methods)}: plain theseus must come first among the Theseus variants (the "
+                    f"first is reported as 'theseus')"
                 )
+        for name in self.method_names():
+            self.for_method(name)
+        if not self.method_names():
+            raise ValueError("theseus is false and there are no baselines: nothing to train after the predecessor")
+        trained = [parse_method(name).base for name in self.method_names()]
+        if "direct" in trained and self.refine is None:
+            raise ValueError(
+                "the direct baseline is the refined form built directly from the predecessor, and this recipe has no "
+                "refine phase: add one, or drop direct"
+            )
+        if "pretrained" in trained and self.predecessor is None:
+            raise ValueError(
+                "the pretrained baseline cuts the model from before the predecessor phase, and this recipe has none "
+                "(its predecessor is used as given): use truncated"
+            )
+
+    def for_method(self, name: str) -> Recipe:
+        """The recipe as method ``name`` trains with it: the fields its arguments and modifiers set
+        (`theseus_zoo.methods.method_overrides`) in place of the recipe's. Raises `ValueError` in one line where the
+        recipe sets one of them too, or the method sets one to an invalid value."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        overrides = method_overrides(name, fields, _field_defaults(Recipe))
+        if not overrides:
+            return self
+        effective = copy.copy(self)
+        for key, value in overrides.items():
+            object.__setattr__(effective, key, value)
+        try:
+            effective._check_fields()
+        except ValueError as error:
+            raise ValueError(f"method {name!r}: {error}") from None
+        return effective
+
+    def _check_fields(self) -> None:
+        """Every field but ``methods`` valid on its own."""
         if self.labelled_examples is not None and not (
             isinstance(self.labelled_examples, int)
             and not isinstance(self.labelled_examples, bool)
@@ -267,8 +286,6 @@ class Recipe:
         for name in ("consistency_weight", "kd_weight"):
             if not is_finite_number(getattr(self, name)) or getattr(self, name) < 0:
                 raise ValueError(f"{name} must be a finite number >= 0, got {getattr(self, name)!r}")
-        if not self.method_names():
-            raise ValueError("theseus is false and there are no baselines: nothing to train after the predecessor")
         if not is_int(self.seed) or not 0 <= self.seed < 2**31:
             raise ValueError(f"seed must be an integer in [0, 2**31), got {self.seed!r}")
         if not is_int(self.steps_to_one) or not 1 <= self.steps_to_one <= self.replacing.steps:
@@ -287,19 +304,8 @@ class Recipe:
         unknown = [name for name in self.baselines if name not in BASELINES]
         if unknown:
             raise ValueError(f"unknown baselines {unknown}; available: {', '.join(BASELINES)}")
-        trained = [parse_method(name)[0] for name in self.method_names()]
         if self.refine is not None and not isinstance(self.refine, Phase):
             raise ValueError(f"refine must be null or an object of Phase fields, got {self.refine!r}")
-        if "direct" in trained and self.refine is None:
-            raise ValueError(
-                "the direct baseline is the refined form built directly from the predecessor, and this recipe has no "
-                "refine phase: add one, or drop direct"
-            )
-        if "pretrained" in trained and self.predecessor is None:
-            raise ValueError(
-                "the pretrained baseline cuts the model from before the predecessor phase, and this recipe has none "
-                "(its predecessor is used as given): use truncated"
-            )
 
     def method_names(self) -> tuple[str, ...]:
         """What the run trains, in order: ``methods`` when given, else ``"theseus"`` (unless ``theseus`` is false)
@@ -334,6 +340,13 @@ class Recipe:
                 changes[key] = Phase(**{**base, **value})
             else:
                 changes[key] = value
+        methods = changes.get("methods", self.methods)
+        ignored = [key for key in ("theseus", "baselines") if key in changes and changes[key] != getattr(self, key)]
+        if methods is not None and ignored:
+            raise ValueError(
+                f"{' and '.join(ignored)} would be ignored beside methods {list(methods)}, which name what the run "
+                f"trains: name the methods instead (or set methods to null)"
+            )
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:

@@ -5,9 +5,9 @@ A method (`Method`) turns the fine-tuned predecessor into a `Trainee`: the model
 (each a checkpointed phase of the run, e.g. ``"replacing"`` or ``"baseline:kd"``), and the compact model once the
 stages' best weights are in (`Trainee.finish`). A stage's `Objective` (the parameter groups, the loss, and for
 Theseus the handle and its schedule) is built only when the stage trains, so a resumed run that finds a stage done
-copies no teacher. `methods_of` lists a recipe's methods (`Recipe.method_names`): `Theseus` (the paper's, with
-the recipe's extensions ``kd_weight``, ``consistency_weight``, ``unfreeze_at_one``, and the modifiers ``+kd``,
-``+unfreeze``, ``+warmup``) and a `Baseline` for each of `theseus_zoo.recipes.BASELINES`.
+copies no teacher. `methods_of` builds a recipe's methods (`Recipe.method_names`) from their names through the
+registry `theseus_zoo.methods.METHODS`, each the implementation its spec names: `Theseus` (the paper's, with the
+recipe's extensions ``kd_weight``, ``consistency_weight``, ``unfreeze_at_one``, and the modifiers) and `Baseline`.
 
 These are the seam `theseus compress`, `benchmarks.step_cost` and new methods share: a benchmark builds exactly the
 model, parameters and loss a run trains, and `theseus_zoo.training.loop.optimizer_for` its optimizer.
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,7 +30,8 @@ import theseus_core as th
 from theseus_core import primary_output, split_primary
 from theseus_core.distillation import prediction_loss
 
-from ..recipes import Phase, Recipe, parse_method
+from ..methods import METHODS, MethodName, MethodSpec, parse_method, report_keys
+from ..recipes import Phase, Recipe
 from ..tasks import Task
 from ..tasks.protocols import BuildsDirect, ExampleInputs, ReplaceOptions
 from .losses import ConsistencyLoss, frozen_teacher
@@ -106,10 +108,24 @@ class Context:
 
 
 class Method:
-    """A way to train a compact model from the predecessor. ``name`` is how a recipe and the report call it
-    (``"theseus"``, ``"baseline:kd"``)."""
+    """A way to train a compact model from the predecessor: the implementation a `theseus_zoo.methods.MethodSpec`
+    names. ``spelled`` is the method's parsed name (its ``flags`` say what its modifiers ask for), ``name`` its key
+    in the run's report (``"theseus"``, ``"baseline:kd"``) and ``suffix`` what its stages' names end with when
+    another method of its base came first (`theseus_zoo.methods.report_keys`). Every method trains with the recipe
+    as `Recipe.for_method` gives it (`Context.recipe`): its own arguments in place."""
 
-    name: str
+    def __init__(self, spelled: MethodName, name: str, suffix: str = "") -> None:
+        self.spelled, self.name, self.suffix = spelled, name, suffix
+
+    @property
+    def full_name(self) -> str:
+        """The method's name in full, as `theseus_zoo.methods.parse_method` spells it (``"theseus+warmup+kd"``)."""
+        return str(self.spelled)
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """What the modifiers ask this method to do (``"warmup"``, ``"kd"``), in order."""
+        return self.spelled.flags
 
     def build(self, context: Context) -> Trainee:
         """The model (drawing any fresh initialisation from the global RNG now, in the run's order) and its
@@ -117,8 +133,9 @@ class Method:
         raise NotImplementedError
 
     def check(self, task: Task, recipe: Recipe, predecessor: nn.Module) -> None:
-        """Raises `ValueError` where `build` or a stage's objective would, before anything trains (``predecessor``
-        as the family builds it, not yet fine-tuned; left unchanged). Default: nothing to check."""
+        """Raises `ValueError` where `build` or a stage's objective would, before anything trains (``recipe`` as
+        `Recipe.for_method` gives it, ``predecessor`` as the family builds it, not yet fine-tuned; left unchanged).
+        Default: nothing to check."""
 
 
 # ----------------------------------------------------------------------------- losses
@@ -194,31 +211,28 @@ class Theseus(Method):
     """Progressive module replacing (BERT-of-Theseus): `theseus_core.replace_` on a copy of the predecessor, the
     recipe's curriculum until p = 1, then successor fine-tuning, in one stage ``"replacing"``; `finish` finalizes.
 
-    ``modifiers`` (`theseus_zoo.recipes.THESEUS_MODIFIERS`): ``"kd"`` trains on the ``kd`` baseline's loss instead
-    of the task loss (and the recipe's ``kd_weight`` / ``consistency_weight`` extensions); ``"unfreeze"`` trains every
-    parameter outside the groups once p = 1; ``"warmup"`` first trains each successor alone on its group's real
-    input and output (`BlockwiseWarmup`) for ``warmup_fraction`` of the replacing steps, in a stage ``"warmup"``,
-    and replaces over the rest. ``name`` is the report's key; the stages of a second Theseus variant in one run are
-    suffixed with it (``"replacing:theseus+kd"``)."""
-
-    def __init__(self, name: str = "theseus", modifiers: tuple[str, ...] = (), suffix: str = "") -> None:
-        self.name, self.modifiers, self.suffix = name, modifiers, suffix
+    Its flags (`theseus_zoo.methods`' modifiers; the others set recipe fields): ``"kd"`` trains on the ``kd``
+    baseline's loss instead of the task loss (and the recipe's ``kd_weight`` / ``consistency_weight`` extensions);
+    ``"warmup"`` first trains each successor alone on its group's real input and output (`BlockwiseWarmup`) for
+    ``warmup_fraction`` of the replacing steps, in a stage ``"warmup"``, and replaces over the rest. ``name`` is the
+    report's key; the stages of a second Theseus variant in one run are suffixed with it
+    (``"replacing:theseus+kd"``)."""
 
     def check(self, task: Task, recipe: Recipe, predecessor: nn.Module) -> None:
         """``+warmup`` needs a replacing budget to split (`split_budget`); ``+unfreeze`` (or the recipe's
         ``unfreeze_at_one``) a parameter outside the groups: a GCN's groups hold every one, and ``"head"`` needs a
         task that names its head (`HasHead`)."""
         try:
-            if "warmup" in self.modifiers:
+            if "warmup" in self.flags:
                 split_budget(recipe)
         except ValueError as error:
             raise ValueError(f"{self.name}: {error}") from None
-        unfreeze = "all" if "unfreeze" in self.modifiers else recipe.unfreeze_at_one
+        unfreezes = any(name == "unfreeze" for name, _ in self.spelled.modifiers)
         try:
-            if unfreeze is not None:
-                check_unfreeze(predecessor, unfreeze, task)
+            if recipe.unfreeze_at_one is not None:
+                check_unfreeze(predecessor, recipe.unfreeze_at_one, task)
         except ValueError as error:
-            raise ValueError(f"{self.name}: {'+unfreeze, ' if 'unfreeze' in self.modifiers else ''}{error}") from None
+            raise ValueError(f"{self.name}: {'+unfreeze, ' if unfreezes else ''}{error}") from None
 
     def build(self, context: Context) -> Trainee:
         task, recipe = context.task, context.recipe
@@ -228,7 +242,7 @@ class Theseus(Method):
             options["example_inputs"], options["example_kwargs"] = to_device(task.example_inputs(), context.device)
         theseus = th.replace_(model, task.plan(model), seed=recipe.seed, **options)
         replacing, steps_to_one, stages = recipe.replacing, recipe.steps_to_one, []
-        if "warmup" in self.modifiers:
+        if "warmup" in self.flags:
             warmup, replacing, steps_to_one = split_budget(recipe)
 
             def warm() -> Objective:
@@ -241,17 +255,16 @@ class Theseus(Method):
             stages.append(Stage("warmup" + self.suffix, warmup, warm))
 
         def objective() -> Objective:
-            distils = "kd" in self.modifiers or recipe.kd_weight > 0
+            distils = "kd" in self.flags or recipe.kd_weight > 0
             teacher = frozen_teacher(context.predecessor, context.device) if distils else None
-            if "kd" in self.modifiers:
+            if "kd" in self.flags:
                 loss = distillation_loss(context, recipe.kd_alpha, teacher)
                 unlabelled = soft_loss(context, 1 - recipe.kd_alpha, teacher)
             else:
                 loss = replacing_loss(context, theseus, teacher)
                 unlabelled = soft_loss(context, recipe.kd_weight, teacher) if recipe.kd_weight else None
-            unfreeze = "all" if "unfreeze" in self.modifiers else recipe.unfreeze_at_one
             schedule = replacing_schedule(recipe, steps_to_one)
-            parameters = replacing_parameters(context, model, theseus, unfreeze)
+            parameters = replacing_parameters(context, model, theseus, recipe.unfreeze_at_one)
             return Objective(parameters, loss, theseus, schedule, unlabelled=unlabelled)
 
         stages.append(Stage("replacing" + self.suffix, replacing, objective))
@@ -331,13 +344,14 @@ def replacing_parameters(
 
 
 class Baseline(Method):
-    """A baseline of `theseus_zoo.recipes.BASELINES`, trained in the replacing phase's budget as one stage
-    ``"baseline:<name>"``: ``truncated`` / ``pretrained`` (the successor-sized model cut from the fine-tuned or the
+    """A baseline, trained in the replacing phase's budget as one stage named by its report key
+    (``"baseline:<name>"``): ``truncated`` / ``pretrained`` (the successor-sized model cut from the fine-tuned or the
     pretrained predecessor), ``scratch``, ``kd`` (distilled into the truncated start) and ``direct`` (distilled
-    into `Task.direct`)."""
+    into `Task.direct`), the base of its name."""
 
-    def __init__(self, kind: str) -> None:
-        self.kind, self.name = kind, f"baseline:{kind}"
+    @property
+    def kind(self) -> str:
+        return self.spelled.base
 
     def model(self, context: Context) -> nn.Module:
         """The baseline's model before its training; ``pretrained`` cuts a fresh `Task.build_predecessor`."""
@@ -365,19 +379,25 @@ class Baseline(Method):
 
 
 def methods_of(recipe: Recipe) -> list[Method]:
-    """The recipe's methods in the order they train (`Recipe.method_names`): the first Theseus variant is the run's
-    ``"theseus"`` (stages ``"warmup"``, ``"replacing"``), a later one keeps its name (and suffixes its stages);
-    baselines are ``"baseline:<name>"``."""
-    methods: list[Method] = []
-    for name in recipe.method_names():
-        base, modifiers = parse_method(name)
-        if base != "theseus":
-            methods.append(Baseline(base))
-        elif any(isinstance(method, Theseus) for method in methods):
-            methods.append(Theseus(name, modifiers, suffix=f":{name}"))
-        else:
-            methods.append(Theseus("theseus", modifiers))
-    return methods
+    """The recipe's methods in the order they train (`Recipe.method_names`), each built by the implementation its
+    spec names (`theseus_zoo.methods.METHODS`), under its report key and stage suffix
+    (`theseus_zoo.methods.report_keys`)."""
+    names = recipe.method_names()
+    return [
+        implementation(METHODS.get(spelled.base))(spelled, key, suffix)
+        for spelled, (key, suffix) in zip(map(parse_method, names), report_keys(names), strict=True)
+    ]
+
+
+def implementation(spec: MethodSpec) -> type[Method]:
+    """The `Method` subclass a base's spec names, imported the first time (``"module:Class"``)."""
+    found = spec.implementation
+    if isinstance(found, str):
+        module, _, attribute = found.partition(":")
+        found = getattr(importlib.import_module(module), attribute)
+    if not (isinstance(found, type) and issubclass(found, Method)):
+        raise TypeError(f"method {spec.name!r}: its implementation {spec.implementation!r} is not a Method subclass")
+    return found
 
 
 def refine_stage(context: Context, name: str, model: nn.Module) -> Stage:

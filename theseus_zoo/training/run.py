@@ -80,7 +80,7 @@ class Run:
         methods = methods_of(recipe)
         for method in methods:  # what a method's stage would refuse once built, refused before anything trains
             try:
-                method.check(self.task, recipe, predecessor)
+                method.check(self.task, recipe.for_method(method.full_name), predecessor)
             except ValueError as error:  # every rank finds it alike: one line, the ranks leave together
                 raise RunError(str(error), on_every_rank=session.processes > 1, quiet=not self.main) from None
         if recipe.predecessor is not None:
@@ -93,9 +93,9 @@ class Run:
                 train_phase(session, "predecessor", predecessor, objective, recipe.predecessor)
             predecessor.load_state_dict(session.state["done"]["predecessor"]["weights"])
             session.set_rng_state(before)
-        context = Context(self.task, recipe, predecessor, session.accelerator.device)
         models: dict[str, nn.Module] = {"predecessor": predecessor}
-        for method in methods:
+        for method in methods:  # each with the recipe as it trains it: its own arguments in place
+            context = Context(self.task, recipe.for_method(method.full_name), predecessor, session.accelerator.device)
             models[method.name] = self._train(method, context)
         # rank 0 tests, times, exports and writes; the others wait for its report (and so for its files)
         compact = next(model for name, model in models.items() if name != "predecessor")

@@ -24,6 +24,7 @@ from torch import nn
 
 import theseus_core as th
 
+from ..methods import parse_method
 from ..recipes import Phase, Recipe, with_defaults
 from ..tasks import Task, build_task
 from ..tasks.protocols import BuildsDirect, CompressionOptions, refinement
@@ -171,7 +172,8 @@ class Session:
                 f"the recipe has a refine phase, but the {recipe.family} family has nothing to refine with these "
                 f"options (its refinement is None): drop refine, or set the options that give one"
             )
-        if "direct" in recipe.baselines and not isinstance(self.task, BuildsDirect):
+        trained = {parse_method(name).base for name in recipe.method_names()}
+        if "direct" in trained and not isinstance(self.task, BuildsDirect):
             raise RunError(f"the {recipe.family} family builds no direct baseline (it has no Task.direct)")
         borrowed = None
         if predecessor_from and not resume:

@@ -1,4 +1,4 @@
-"""`theseus_zoo.training.methods`: each method trains what it says with the loss it says (issue 24), on the toy."""
+"""`theseus_zoo.training.methods`: each method trains what it says with the loss it says, on the toy."""
 
 import json
 
@@ -8,7 +8,8 @@ import torch.nn.functional as F
 
 from theseus_core.distillation import prediction_loss
 from theseus_zoo import cli
-from theseus_zoo.recipes import get_recipe, parse_method
+from theseus_zoo.methods import parse_method
+from theseus_zoo.recipes import get_recipe
 from theseus_zoo.tasks import build_task
 from theseus_zoo.training.loop import optimizer_for
 from theseus_zoo.training.methods import BlockwiseWarmup, Context, Theseus, methods_of, split_budget
@@ -24,6 +25,14 @@ def context():
     return Context(task, recipe, predecessor)
 
 
+def built(context, name):
+    """Method ``name`` as a run of ``context``'s recipe builds it, and the trainee: with the recipe as it trains it."""
+    recipe = context.recipe.with_overrides({"methods": [name]})
+    (method,) = methods_of(recipe)
+    own = Context(context.task, recipe.for_method(name), context.predecessor)
+    return method.build(own), own
+
+
 def batch_of(context, size=16):
     return context.task.collate(context.task.dataset("train")[:size])
 
@@ -37,7 +46,7 @@ def moved(model, before):
 
 
 def test_warmup_moves_only_the_successors_and_their_projections(context):
-    trainee = Theseus("theseus", ("warmup",)).build(context)
+    trainee, _ = built(context, "theseus+warmup")
     warmup, replacing = trainee.stages
     assert (warmup.name, replacing.name) == ("warmup", "replacing")
     objective = warmup.objective()
@@ -55,7 +64,7 @@ def test_warmup_moves_only_the_successors_and_their_projections(context):
 
 
 def test_warmup_fits_each_successor_to_its_groups_real_input_and_output(context):
-    trainee = Theseus("theseus", ("warmup",)).build(context)
+    trainee, _ = built(context, "theseus+warmup")
     objective = trainee.stages[0].objective()
     assert isinstance(objective.loss, BlockwiseWarmup)
     model, theseus, batch = trainee.model, objective.theseus, batch_of(context)
@@ -84,7 +93,7 @@ def test_warmup_fits_each_successor_to_its_groups_real_input_and_output(context)
 
 
 def test_plus_kd_changes_the_loss_only_through_the_predecessors_logits(context):
-    trainee = Theseus("theseus", ("kd",)).build(context)
+    trainee, _ = built(context, "theseus+kd")
     objective = trainee.stages[0].objective()
     model, theseus, batch = trainee.model, objective.theseus, batch_of(context)
     alpha, temperature = context.recipe.kd_alpha, context.recipe.kd_temperature
@@ -94,19 +103,27 @@ def test_plus_kd_changes_the_loss_only_through_the_predecessors_logits(context):
     teacher_logits = context.predecessor.eval()(batch[0])
     task_part = alpha * context.task.criterion(logits, batch)
     torch.testing.assert_close(value, task_part + (1 - alpha) * prediction_loss(logits, teacher_logits, temperature))
-    plain = Theseus().build(Context(context.task, context.recipe, context.predecessor)).stages[0].objective()
+    plain = built(context, "theseus")[0].stages[0].objective()
     plain_value, plain_logits = plain.loss(model, batch)
     torch.testing.assert_close(plain_logits, logits)
     torch.testing.assert_close(plain_value * alpha, task_part)  # without the teacher, the task loss alone
 
 
 def test_plus_unfreeze_trains_everything_outside_the_groups_from_p_one(context):
-    trainee = Theseus("theseus", ("unfreeze",)).build(context)
+    trainee, own = built(context, "theseus+unfreeze")
     objective = trainee.stages[0].objective()
     inside = {id(p) for site in objective.theseus.sites for p in site.parameters()}
     outside = [p for p in trainee.model.parameters() if id(p) not in inside]
     assert {id(p) for p in objective.late} == {id(p) for p in outside} and outside
-    assert context.recipe.unfreeze_at_one is None  # the modifier, not the recipe, asked for it
+    assert context.recipe.unfreeze_at_one is None and own.recipe.unfreeze_at_one == "all"  # for itself
+
+
+def test_plus_unfreeze_head_trains_the_head_alone_from_p_one(context):
+    trainee, _ = built(context, "theseus+unfreeze(which=head)")
+    everything, _ = built(context, "theseus+unfreeze")
+    head = {id(p) for p in trainee.stages[0].objective().late}
+    outside = {id(p) for p in everything.stages[0].objective().late}
+    assert head and len(head) < len(outside)
 
 
 def test_warmup_takes_its_steps_from_the_replacing_budget(context):
@@ -120,7 +137,8 @@ def test_the_first_theseus_variant_is_the_runs_and_later_ones_keep_their_names()
     recipe = get_recipe("toy").with_overrides({"methods": ["theseus+warmup+kd", "kd", "theseus+unfreeze", "truncated"]})
     methods = methods_of(recipe)
     assert [method.name for method in methods] == ["theseus", "baseline:kd", "theseus+unfreeze", "baseline:truncated"]
-    assert methods[0].modifiers == ("warmup", "kd") and methods[2].suffix == ":theseus+unfreeze"
+    assert methods[0].flags == ("warmup", "kd") and methods[2].suffix == ":theseus+unfreeze"
+    assert [method.full_name for method in methods] == list(recipe.methods)
     with pytest.raises(ValueError, match="first"):  # plain theseus after a variant would take the variant's key
         get_recipe("toy").with_overrides({"methods": ["theseus+kd", "theseus"]})
 
@@ -183,7 +201,11 @@ def test_the_unfreeze_check_refuses_before_training_exactly_what_the_stage_would
 
     early = refused(lambda: check_unfreeze(predecessor, which, task))
     assert moved(predecessor, before) == set() and next(predecessor.parameters()).device.type == "cpu"
-    late = refused(lambda: Theseus().build(Context(task, recipe, predecessor)).stages[0].objective())
+    late = refused(
+        lambda: (
+            Theseus(parse_method("theseus"), "theseus").build(Context(task, recipe, predecessor)).stages[0].objective()
+        )
+    )
     assert early == late == refuses
 
 
