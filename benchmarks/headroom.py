@@ -26,8 +26,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from theseus_zoo.training.results import REPORT, CompressProcess, Report, ensure_run
+from theseus_zoo.training.results import REPORT, Report
 from theseus_zoo.training.run_directory import CHECKPOINT
+from theseus_zoo.training.runners import CompressProcess, ensure_run
 
 from .harness import environment, markdown_table, write_report
 

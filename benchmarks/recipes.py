@@ -38,7 +38,8 @@ import numpy as np
 
 from theseus_zoo.recipes import with_defaults
 from theseus_zoo.training import stats
-from theseus_zoo.training.results import REPORT, CompressProcess, Report, ensure_run, score_examples
+from theseus_zoo.training.results import REPORT, Report, score_examples
+from theseus_zoo.training.runners import CompressProcess, ensure_run
 
 from .harness import environment, markdown_table, write_report
 

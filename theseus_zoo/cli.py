@@ -106,15 +106,19 @@ def _settings(args: argparse.Namespace) -> None:
 
 def _own_data(recipe: Recipe, overrides_description: bool) -> Recipe:
     """A recipe run on the user's own data says so: its description (the report's second line) becomes what was
-    read (file, columns, classes, split, rows dropped), printed with what was inferred about the labels. A recipe
-    on its own dataset, one whose description the config sets, and a file that fails to load (the run's check then
-    names the problem, once) are left as they are."""
-    if recipe.family != "bert" or overrides_description:
+    read (file, columns, classes, split, rows dropped), printed with what was inferred about the labels, for a
+    family that describes its data (`theseus_zoo.tasks.protocols.DescribesData`). A recipe on its own dataset, one
+    whose description the config sets, and a file that fails to load (the run's check then names the problem,
+    once) are left as they are."""
+    if overrides_description:
         return recipe
     from .tasks import build_task
+    from .tasks.protocols import DescribesData
 
     try:
         task = build_task(recipe.family, recipe.options, recipe.seed)
+        if not isinstance(task, DescribesData):
+            return recipe
         description = task.describe_data()
         inference = task.label_inference()
     except (ValueError, FileNotFoundError):  # the run raises it again, printed once under torchrun

@@ -8,7 +8,7 @@ import pytest
 
 from benchmarks import compare
 from theseus_zoo import cli
-from theseus_zoo.training.results import CompressProcess
+from theseus_zoo.training.runners import CompressProcess
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,8 @@ exported (an op with no ONNX form, Python control flow on tensor values) is refu
 (`ExportRefusedError`).
 
 `export_run` reads a ``theseus compress`` run directory (``recipe.json`` and the exported ``model/``) and writes
-``model.onnx`` beside the model for the families with an ONNX form:
+``model.onnx`` beside the model for the families with an ONNX form: those whose `Task` implements
+`theseus_zoo.tasks.protocols.ExportsOnnx` (a family from an entry point too), with the wrappers below:
 
 - ``bert``: inputs ``input_ids``, ``attention_mask`` (and ``token_type_ids`` when the tokenizer makes them), output
   ``logits`` (classes, or one column for a regression head). A quantized (BinaryBERT) export also gets
@@ -17,7 +18,7 @@ exported (an op with no ONNX form, Python control flow on tensor values) is refu
   (`theseus_quant.onnx`), compared with the simulated model it came from.
 - ``resnet``: input ``images`` ``[batch, 3, 28, 28]`` (``config.json`` says the preprocessing), output ``logits``.
 - ``gnn``: inputs ``x`` ``[nodes, features]`` and ``edge_index`` ``[2, edges]``, output ``logits`` per node.
-- ``causal_lm`` and ``toy`` are refused (decoders deploy through llama.cpp: ``make bench-deploy``).
+- ``causal_lm`` refuses (decoders deploy through llama.cpp: ``make bench-deploy``); ``toy`` has no ONNX form.
 
 Needs the ``onnx`` extra: ``pip install 'theseus-compression[onnx]'`` (onnx, onnxscript, onnxruntime).
 """
@@ -238,57 +239,6 @@ def text_inputs(directory: str | os.PathLike, sentences: Sequence[str] = SENTENC
     return {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
 
 
-def _text(model_dir: Path, out: Path) -> list[OnnxExport]:
-    from theseus_zoo.tasks.text import load_exported
-
-    model = load_exported(model_dir).eval()
-    model.config.return_dict = True
-    inputs = text_inputs(model_dir)
-    axes = {name: {0: "batch", 1: "length"} for name in inputs}
-    others = [text_inputs(model_dir, SENTENCES[:1]), text_inputs(model_dir, [SENTENCES[2] * 3] * 5)]
-    import theseus_quant as tq
-
-    quantized = bool(tq.quantized_layers(model))
-    tolerance = QUANTIZED_TOLERANCE if quantized else TOLERANCE
-    exports = [
-        export_onnx(
-            Logits(model), inputs, out / "model.onnx", dynamic_axes=axes, check_inputs=others, tolerance=tolerance
-        )
-    ]
-    if quantized:
-        import copy
-
-        from theseus_quant.onnx import TRANSLATIONS
-
-        integer = copy.deepcopy(model)
-        tq.to_integer_(integer)
-        exports.append(
-            export_onnx(
-                Logits(integer),
-                inputs,
-                out / "model.int8.onnx",
-                dynamic_axes=axes,
-                check_inputs=others,
-                translations=TRANSLATIONS,
-                reference=Logits(model),  # the integer graph must match the simulated model it came from
-                tolerance=tolerance,
-            )
-        )
-    return exports
-
-
-def _resnet(model_dir: Path, out: Path) -> list[OnnxExport]:
-    from theseus_zoo.tasks.images import load_exported
-
-    model = load_exported(model_dir)
-    shape = json.loads((model_dir / "config.json").read_text()).get("inputs", {}).get("shape", [3, 28, 28])
-    generator = torch.Generator().manual_seed(0)
-    images = {"images": torch.randn(2, *shape, generator=generator)}
-    others = [{"images": torch.randn(n, *shape, generator=generator)} for n in (1, 5)]
-    axes = {"images": {0: "batch"}}
-    return [export_onnx(Images(model), images, out / "model.onnx", dynamic_axes=axes, check_inputs=others)]
-
-
 class Images(nn.Module):
     """``model(images)`` with the ONNX input's name."""
 
@@ -318,22 +268,6 @@ def random_graph(nodes: int, features: int, edges: int, seed: int = 0) -> dict[s
     return {"x": x, "edge_index": torch.randint(0, nodes, (2, edges), generator=generator)}
 
 
-def _gnn(model_dir: Path, out: Path, options: dict[str, Any]) -> list[OnnxExport]:
-    import torch_geometric.nn
-
-    from theseus_zoo.tasks.graphs import MODELS
-
-    config = json.loads((model_dir / "config.json").read_text())
-    model = getattr(torch_geometric.nn, MODELS[options.get("model", "gcn")])(**config)
-    model.load_state_dict(torch.load(model_dir / "model.pt", weights_only=True), strict=True)
-    model.eval()
-    features = config["in_channels"]
-    axes = {"x": {0: "nodes"}, "edge_index": {1: "edges"}}
-    others = [random_graph(7, features, 12, seed=1), random_graph(50, features, 300, seed=2)]
-    graph = random_graph(20, features, 60)
-    return [export_onnx(NodeModel(model), graph, out / "model.onnx", dynamic_axes=axes, check_inputs=others)]
-
-
 def export_run(run_dir: str | os.PathLike, out: str | os.PathLike | None = None) -> list[OnnxExport]:
     """Exports the model of a ``theseus compress`` run to ONNX and verifies it (module docstring).
 
@@ -349,15 +283,16 @@ def export_run(run_dir: str | os.PathLike, out: str | os.PathLike | None = None)
     recipe_file, model_dir = run_dir / "recipe.json", run_dir / "model"
     if not recipe_file.exists() or not model_dir.is_dir():
         raise FileNotFoundError(f"{run_dir} is not a finished run: it needs recipe.json and model/ (theseus compress)")
+    from theseus_zoo.tasks import build_task
+    from theseus_zoo.tasks.protocols import ExportsOnnx
+
     recipe = json.loads(recipe_file.read_text())
     family = recipe["family"]
     out = model_dir if out is None else Path(out)
-    if family == "bert":
-        return _text(model_dir, out)
-    if family == "resnet":
-        return _resnet(model_dir, out)
-    if family == "gnn":
-        return _gnn(model_dir, out, recipe.get("options", {}))
-    if family == "causal_lm":
-        raise ExportRefusedError("the causal_lm family deploys to llama.cpp (GGUF), not ONNX: see `make bench-deploy`")
-    raise ExportRefusedError(f"the {family} family has no ONNX export (bert, resnet and gnn have)")
+    task = build_task(family, recipe.get("options", {}), recipe.get("seed", 0))
+    if not isinstance(task, ExportsOnnx):
+        raise ExportRefusedError(
+            f"the {family} family has no ONNX export (its Task does not implement "
+            "theseus_zoo.tasks.protocols.ExportsOnnx)"
+        )
+    return task.export_onnx(model_dir, out)

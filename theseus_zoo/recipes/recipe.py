@@ -314,6 +314,14 @@ class Recipe:
             return self.methods
         return (("theseus",) if self.theseus else ()) + self.baselines
 
+    def theseus_and(self, *baselines: str) -> dict[str, Any]:
+        """Overrides that train the recipe's Theseus (its first Theseus variant) and ``baselines`` alone, in the way
+        the recipe names what it trains: ``baselines`` when it has no ``methods``, else ``methods``."""
+        if self.methods is None:
+            return {"baselines": list(baselines)}
+        variant = next((name for name in self.methods if parse_method(name).base == "theseus"), "theseus")
+        return {"methods": [variant, *baselines]}
+
     def with_overrides(self, overrides: Mapping[str, Any]) -> Recipe:
         """A copy with fields replaced; nested dicts update ``options`` and the phases field by field."""
         changes: dict[str, Any] = {}
@@ -341,7 +349,11 @@ class Recipe:
             else:
                 changes[key] = value
         methods = changes.get("methods", self.methods)
-        ignored = [key for key in ("theseus", "baselines") if key in changes and changes[key] != getattr(self, key)]
+        ignored = [
+            key
+            for key in ("theseus", "baselines")
+            if key in changes and _as_tuple(changes[key]) != _as_tuple(getattr(self, key))
+        ]
         if methods is not None and ignored:
             raise ValueError(
                 f"{' and '.join(ignored)} would be ignored beside methods {list(methods)}, which name what the run "
@@ -363,6 +375,11 @@ def with_defaults(recipe: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(filled.get(name), Mapping):
             filled[name] = {**phase_defaults, **filled[name]}
     return filled
+
+
+def _as_tuple(value: Any) -> Any:
+    """A list as a tuple (JSON gives lists where a recipe keeps tuples); anything else as it is."""
+    return tuple(value) if isinstance(value, list) else value
 
 
 def _field_defaults(cls: type) -> dict[str, Any]:

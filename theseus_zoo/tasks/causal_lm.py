@@ -337,6 +337,12 @@ class CausalLMTask:
         """What `replace_` runs the model on to verify the surgery: two training sequences, without the cache."""
         return (), {"input_ids": self.dataset("train")[:2], "use_cache": False}
 
+    def export_onnx(self, model_dir: Path, out: Path) -> list[Any]:
+        """`ExportsOnnx`: refused; a decoder deploys through llama.cpp (GGUF)."""
+        from ..export.onnx import ExportRefusedError
+
+        raise ExportRefusedError("the causal_lm family deploys to llama.cpp (GGUF), not ONNX: see `make bench-deploy`")
+
     def export(self, model: nn.Module, directory: Path) -> list[Path]:
         """``save_pretrained`` of the model and the tokenizer: ``AutoModelForCausalLM`` loads it."""
         directory.mkdir(parents=True, exist_ok=True)

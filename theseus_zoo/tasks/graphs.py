@@ -251,6 +251,23 @@ class GraphTask:
         """What `replace_` runs the model on to verify the surgery: ``model(*args, **kwargs)``."""
         return tuple(self.latency_batch()), {}
 
+    def export_onnx(self, model_dir: Path, out: Path) -> list[Any]:
+        """`ExportsOnnx`: ``model.onnx``, inputs ``x`` ``[nodes, features]`` and ``edge_index`` ``[2, edges]``, output
+        ``logits`` per node."""
+        import torch_geometric.nn
+
+        from ..export.onnx import NodeModel, export_onnx, random_graph
+
+        config = json.loads((model_dir / "config.json").read_text())
+        model = getattr(torch_geometric.nn, MODELS[self.model_name])(**config)
+        model.load_state_dict(torch.load(model_dir / "model.pt", weights_only=True), strict=True)
+        model.eval()
+        features = config["in_channels"]
+        axes = {"x": {0: "nodes"}, "edge_index": {1: "edges"}}
+        others = [random_graph(7, features, 12, seed=1), random_graph(50, features, 300, seed=2)]
+        graph = random_graph(20, features, 60)
+        return [export_onnx(NodeModel(model), graph, out / "model.onnx", dynamic_axes=axes, check_inputs=others)]
+
     def export(self, model: nn.Module, directory: Path) -> list[Path]:
         """``model.pt`` (a state_dict) and ``config.json``: ``torch_geometric.nn.<MODELS[model]>(**config)`` loads it
         with ``strict=True`` (``GCN`` for ``"gcn"``, ``GraphSAGE`` for ``"sage"``, ...)."""

@@ -335,6 +335,18 @@ class ResNetTask(ScoresAccuracy):
             },
         }
 
+    def export_onnx(self, model_dir: Path, out: Path) -> list[Any]:
+        """`ExportsOnnx`: ``model.onnx``, input ``images`` ``[batch, 3, 28, 28]``, output ``logits``."""
+        from ..export.onnx import Images, export_onnx
+
+        model = load_exported(model_dir)
+        shape = json.loads((model_dir / "config.json").read_text()).get("inputs", {}).get("shape", [3, 28, 28])
+        generator = torch.Generator().manual_seed(0)
+        images = {"images": torch.randn(2, *shape, generator=generator)}
+        others = [{"images": torch.randn(n, *shape, generator=generator)} for n in (1, 5)]
+        axes = {"images": {0: "batch"}}
+        return [export_onnx(Images(model), images, out / "model.onnx", dynamic_axes=axes, check_inputs=others)]
+
     def export(self, model: nn.Module, directory: Path) -> list[Path]:
         """``model.pt`` (a state_dict) and ``config.json``: ``torchvision.models.resnet18(num_classes=10)`` loads
         the default recipe's model with ``strict=True`` (`load_exported` reads the config)."""

@@ -6,6 +6,7 @@ declared once, here, with its contract; a family gives a capability by having it
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -77,6 +78,26 @@ class BuildsDirect(Protocol):
     """The refined form built directly from the predecessor: the ``direct`` baseline."""
 
     def direct(self, predecessor: nn.Module) -> nn.Module: ...
+
+
+@runtime_checkable
+class ExportsOnnx(Protocol):
+    """The family's exported model (what `Task.export` wrote in ``model_dir``) as ONNX files in ``out``, each
+    verified in ONNX Runtime (`theseus_zoo.export.onnx.export_onnx`): what ``theseus export --onnx`` runs. Raises
+    `theseus_zoo.export.onnx.ExportRefusedError` in one line when the model has no ONNX form."""
+
+    def export_onnx(self, model_dir: Path, out: Path) -> list[Any]: ...
+
+
+@runtime_checkable
+class DescribesData(Protocol):
+    """What a run on the user's own data read and inferred, printed before it trains and kept in its report."""
+
+    def describe_data(self) -> str | None:
+        """The file, its columns, classes and split (and rows dropped); ``None`` for a built-in dataset."""
+
+    def label_inference(self) -> str | None:
+        """What was inferred about the labels when the options left them out, as a line; else ``None``."""
 
 
 def scores_examples(task: object) -> bool:

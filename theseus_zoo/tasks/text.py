@@ -392,6 +392,46 @@ class TextClassificationTask(TextData):
         batch.pop("labels")
         return (), batch
 
+    def export_onnx(self, model_dir: Path, out: Path) -> list[Any]:
+        """`ExportsOnnx`: ``model.onnx`` (inputs ``input_ids``, ``attention_mask`` and ``token_type_ids`` when the
+        tokenizer makes them; output ``logits``), and for a quantized model ``model.int8.onnx`` on integer kernels."""
+        from ..export.onnx import QUANTIZED_TOLERANCE, SENTENCES, TOLERANCE, Logits, export_onnx, text_inputs
+
+        model = load_exported(model_dir).eval()
+        model.config.return_dict = True
+        inputs = text_inputs(model_dir)
+        axes = {name: {0: "batch", 1: "length"} for name in inputs}
+        others = [text_inputs(model_dir, SENTENCES[:1]), text_inputs(model_dir, [SENTENCES[2] * 3] * 5)]
+        import theseus_quant as tq
+
+        quantized = bool(tq.quantized_layers(model))
+        tolerance = QUANTIZED_TOLERANCE if quantized else TOLERANCE
+        exports = [
+            export_onnx(
+                Logits(model), inputs, out / "model.onnx", dynamic_axes=axes, check_inputs=others, tolerance=tolerance
+            )
+        ]
+        if quantized:
+            import copy
+
+            from theseus_quant.onnx import TRANSLATIONS
+
+            integer = copy.deepcopy(model)
+            tq.to_integer_(integer)
+            exports.append(
+                export_onnx(
+                    Logits(integer),
+                    inputs,
+                    out / "model.int8.onnx",
+                    dynamic_axes=axes,
+                    check_inputs=others,
+                    translations=TRANSLATIONS,
+                    reference=Logits(model),  # the integer graph must match the simulated model it came from
+                    tolerance=tolerance,
+                )
+            )
+        return exports
+
     def export(self, model: nn.Module, directory: Path) -> list[Path]:
         """``save_pretrained`` of the model and the tokenizer: ``AutoModelForSequenceClassification`` loads it. A
         quantized model is written by `theseus_quant.save_quantized` instead (2 or 1 bits a weight plus scales, and

@@ -34,8 +34,9 @@ import theseus_core as th
 from ..recipes import Recipe
 from . import stats
 from .checkpoints import read_checkpoint
-from .results import Report, ensure_run
+from .results import Report
 from .run_directory import CHECKPOINT
+from .runners import ensure_run
 
 ANALYSES = ("sensitivity", "schedules", "budget")
 
@@ -61,7 +62,9 @@ def sensitivity(
     from ..tasks import build_task
 
     run_dir = out / "run"
-    ensure_run(recipe.with_overrides({"baselines": ()}), run_dir, progress=progress, predecessor_from=predecessor_from)
+    ensure_run(
+        recipe.with_overrides(recipe.theseus_and()), run_dir, progress=progress, predecessor_from=predecessor_from
+    )
     state = read_checkpoint(run_dir / CHECKPOINT)
     task = build_task(recipe.family, recipe.options, recipe.seed)
     predecessor = task.build_predecessor()
@@ -121,7 +124,7 @@ def schedules(
     rows, source = [], predecessor_from
     for name, overrides in variants.items():
         report = ensure_run(
-            recipe.with_overrides({**overrides, "baselines": ()}),
+            recipe.with_overrides({**overrides, **recipe.theseus_and()}),
             out / name,
             progress=progress,
             predecessor_from=source,
@@ -167,7 +170,7 @@ def budget(
         overrides = {
             "replacing": {"steps": steps, "eval_every": min(recipe.replacing.eval_every, steps)},
             "steps_to_one": max(1, round(recipe.steps_to_one * factor)),
-            "baselines": ["truncated"],
+            **recipe.theseus_and("truncated"),
         }
         name = f"budget-{steps}"
         report = ensure_run(recipe.with_overrides(overrides), out / name, progress=progress, predecessor_from=source)

@@ -89,13 +89,13 @@ def sweep(
     """Runs every grid point of ``recipe`` (see the module doc); returns the summary written to sweep.json.
     ``predecessor_from``: a finished run whose fine-tuned predecessor every point takes (when the grid leaves the
     predecessor alone), instead of the first point fine-tuning one."""
-    from .results import ensure_run
     from .run_directory import RunError
+    from .runners import ensure_run
 
     out = Path(out)
     candidates, notes = [], {}
     for number, point in enumerate(points(grid)):
-        overrides = {**overrides_of(point), "baselines": ()}
+        overrides = {**overrides_of(point), **recipe.theseus_and()}
         note = _extend_for_steps_to_one(recipe, point, overrides)
         try:
             candidate = recipe.with_overrides(overrides)

@@ -140,3 +140,49 @@ def test_the_cli_refuses_a_family_without_onnx_form_in_one_line(tmp_path, capsys
     assert err.count("\n") == 1 and "llama.cpp" in err
     assert cli.main(["export", "--onnx", str(tmp_path / "nothing")]) == 2
     assert "not a finished run" in capsys.readouterr().err
+
+
+FAMILY_PLUGIN = '''
+"""A model family defined outside theseus, with an ONNX form: the toy's, exported through the protocol."""
+import json
+
+import torch
+
+from theseus_core.testing import ToyStack
+from theseus_zoo.export.onnx import export_onnx
+from theseus_zoo.tasks.toy import ToyTask
+
+
+class ExportableToy(ToyTask):
+    def export_onnx(self, model_dir, out):
+        config = json.loads((model_dir / "config.json").read_text())
+        model = ToyStack(**config)
+        model.load_state_dict(torch.load(model_dir / "model.pt", weights_only=True), strict=True)
+        x = torch.randn(4, config["in_features"], generator=torch.Generator().manual_seed(0))
+        return [export_onnx(model.eval(), {"x": x}, out / "model.onnx", dynamic_axes={"x": {0: "batch"}},
+                            check_inputs=[{"x": x[:1]}])]
+'''
+
+
+def test_a_family_from_an_entry_point_exports_through_its_protocol(tmp_path, monkeypatch, capsys):
+    from theseus_zoo.tasks import FAMILIES, build_task
+
+    plugin = tmp_path / "plugin"
+    plugin.mkdir()
+    (plugin / "theseus_test_family.py").write_text(FAMILY_PLUGIN)
+    dist = plugin / "theseus_test_family-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: theseus-test-family\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(
+        "[theseus_zoo.families]\nexportable-toy = theseus_test_family:ExportableToy\n"
+    )
+    monkeypatch.syspath_prepend(str(plugin))
+    monkeypatch.setattr(FAMILIES, "_entries", dict(FAMILIES._entries))  # the plugin's family leaves with the test
+    task = build_task("exportable-toy", {}, 0)
+    run = _run_dir(tmp_path / "run", "exportable-toy")
+    task.export(task.build_predecessor(), run / "model")
+    assert cli.main(["export", "--onnx", str(run)]) == 0
+    assert (run / "model" / "model.onnx").exists() and "model.onnx" in capsys.readouterr().out
+    toy = _run_dir(tmp_path / "toy", "toy")  # the built-in toy implements no ExportsOnnx: refused by protocol
+    assert cli.main(["export", "--onnx", str(toy)]) == 2
+    assert "does not implement theseus_zoo.tasks.protocols.ExportsOnnx" in capsys.readouterr().err

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from theseus_zoo.training.results import REPORT, ModelResult, Report, ensure_run
+from theseus_zoo.training.results import REPORT, ModelResult, Report
 from theseus_zoo.training.run_directory import CHECKPOINT
+from theseus_zoo.training.runners import ensure_run
 
 ARCHIVE = Path(__file__).parents[3] / "benchmarks" / "results"
 
