@@ -91,7 +91,7 @@ def _cycle(edges: dict[str, set[str]]) -> list[str] | None:
         path.append(module)
         for imported in sorted(edges[module]):
             if state.get(imported) == 1:
-                return path[path.index(imported) :] + [imported]
+                return [*path[path.index(imported) :], imported]
             if imported not in state and (cycle := visit(imported)) is not None:
                 return cycle
         state[module] = 2

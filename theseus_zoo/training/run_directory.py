@@ -21,7 +21,7 @@ CHECKPOINT = "checkpoint.pt"
 class RunError(ValueError):
     """Bad input for a run, found before any training; the message says what to do.
 
-    In a multi-process run, ``on_every_rank`` marks an error every rank raises at once (`Run._together`): only
+    In a multi-process run, ``on_every_rank`` marks an error every rank raises at once (`Session.together`): only
     rank 0's is printed (the others are ``quiet``), and the ranks leave together (`ranks.leave`)."""
 
     def __init__(self, message: str, *, on_every_rank: bool = False, quiet: bool = False) -> None:

@@ -8,7 +8,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 import theseus_core as th
 from tests.theseus_adapters.test_hf import reload_without_theseus
-from theseus_adapters import depth_pruning, hf
+from theseus_adapters import depth_baselines, hf, layer_selection
 
 NEW_TOKENS = 4
 
@@ -43,11 +43,11 @@ def batches(count: int = 3, seed: int = 1) -> list[dict[str, torch.Tensor]]:
 def test_block_influence_is_zero_for_an_identity_layer_and_shortgpt_removes_it():
     model = tiny_llama()
     make_identity_(model.model.layers[3])
-    influence = depth_pruning.block_influence(model, batches())
+    influence = layer_selection.block_influence(model, batches())
     assert influence.shape == (6,)
     assert influence[3].abs() < 1e-6
     assert (torch.cat([influence[:3], influence[4:]]) > 1e-3).all()
-    pruned = depth_pruning.shortgpt(model, 5, batches())
+    pruned = depth_baselines.shortgpt(model, 5, batches())
     assert pruned.sources == (0, 1, 2, 4, 5)
     assert pruned.scores == pytest.approx(influence.tolist())
     # Removing a layer that returns its input changes nothing.
@@ -59,8 +59,8 @@ def test_block_influence_is_zero_for_an_identity_layer_and_shortgpt_removes_it()
 def test_shortgpt_removes_the_layers_of_lowest_influence_and_leaves_the_model_alone():
     model = tiny_llama()
     before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
-    influence = depth_pruning.block_influence(model, batches())
-    pruned = depth_pruning.shortgpt(model, 3, batches())
+    influence = layer_selection.block_influence(model, batches())
+    pruned = depth_baselines.shortgpt(model, 3, batches())
     removed = sorted(set(range(6)) - set(pruned.sources))
     assert max(influence[removed]) <= min(influence[list(pruned.sources)])
     assert pruned.model.config.num_hidden_layers == 3 and len(pruned.model.model.layers) == 3
@@ -74,8 +74,8 @@ def test_influence_groups_start_theseus_from_shortgpts_model(num_layers):
     """Each kept layer begins its group (the first group also takes the layers before it), and the finalized
     untrained plan is ShortGPT's model: the same layers, the same logits."""
     model = tiny_llama()
-    sizes, sources = depth_pruning.influence_groups(model, num_layers, batches())
-    pruned = depth_pruning.shortgpt(model, num_layers, batches())
+    sizes, sources = layer_selection.influence_groups(model, num_layers, batches())
+    pruned = depth_baselines.shortgpt(model, num_layers, batches())
     assert sources == pruned.sources and sum(sizes) == 6 and len(sizes) == num_layers
     starts = [sum(sizes[:i]) for i in range(num_layers)]
     assert starts[1:] == list(sources[1:])
@@ -91,28 +91,28 @@ def test_layer_similarities_of_a_run_of_identity_layers_is_one_and_streamline_fi
     model = tiny_llama()
     for index in (2, 3, 4):
         make_identity_(model.model.layers[index])
-    similarity = depth_pruning.layer_similarities(model, batches())
+    similarity = layer_selection.layer_similarities(model, batches())
     assert torch.isnan(similarity[1, 0]) and not torch.isnan(similarity[0, 5])
     assert similarity[2, 4] == pytest.approx(1.0, abs=1e-6)
-    assert depth_pruning.most_similar_run(similarity, 3) == 2
+    assert layer_selection.most_similar_run(similarity, 3) == 2
     # The run 2..4 is the identity; its replacement, a copy of layer 2, is too: nothing to learn.
-    pruned = depth_pruning.streamline(model, 4, batches(), steps=2)
+    pruned = depth_baselines.streamline(model, 4, batches(), steps=2)
     assert pruned.replaced == (2, 3) and pruned.sources == (0, 1, 2, 5)
     assert pruned.mse[0] == pytest.approx(0.0, abs=1e-10)
 
 
 def test_streamline_mse_training_brings_the_layer_closer_to_the_run():
     model = tiny_llama()
-    pruned = depth_pruning.streamline(model, 3, batches(4), steps=60, lr=3e-3)
+    pruned = depth_baselines.streamline(model, 3, batches(4), steps=60, lr=3e-3)
     start, length = pruned.replaced
     assert length == 4 and pruned.scores[start] == max(pruned.scores)
     before, after = pruned.mse
     assert after < 0.7 * before
     assert len(pruned.model.model.layers) == 3 and pruned.model.config.num_hidden_layers == 3
     # The MSE the function reports is the one the pruned model's layer has on the recorded run.
-    recorded = depth_pruning._record_run(model, depth_pruning.layer_stack(model), batches(4), start, length)
+    recorded = depth_baselines._record_run(model, hf.layer_stack(model), batches(4), start, length)
     replacement = pruned.model.model.layers[start]
-    assert depth_pruning._run_mse(replacement, recorded) == pytest.approx(after, rel=1e-5)
+    assert depth_baselines._run_mse(replacement, recorded) == pytest.approx(after, rel=1e-5)
 
 
 def test_the_pruned_models_reload_without_theseus_with_identical_outputs_and_tokens(tmp_path):
@@ -120,8 +120,8 @@ def test_the_pruned_models_reload_without_theseus_with_identical_outputs_and_tok
     inputs = {"input_ids": torch.randint(3, 64, (2, 7), generator=torch.Generator().manual_seed(3))}
     generate = {"max_new_tokens": NEW_TOKENS, "min_new_tokens": NEW_TOKENS, "pad_token_id": 0}
     pruned = {
-        "shortgpt": depth_pruning.shortgpt(model, 4, batches()).model,
-        "streamline": depth_pruning.streamline(model, 3, batches(), steps=5, lr=1e-3).model,
+        "shortgpt": depth_baselines.shortgpt(model, 4, batches()).model,
+        "streamline": depth_baselines.streamline(model, 3, batches(), steps=5, lr=1e-3).model,
     }
     cases, expected = [], {}
     for name, compact in pruned.items():
@@ -152,12 +152,12 @@ def test_the_pruned_models_reload_without_theseus_with_identical_outputs_and_tok
 def test_bad_requests_are_refused_before_anything_runs():
     model = tiny_llama(4)
     with pytest.raises(ValueError, match=r"num_layers must be an integer in \[1, 4\)"):
-        depth_pruning.shortgpt(model, 4, batches())
+        depth_baselines.shortgpt(model, 4, batches())
     with pytest.raises(ValueError, match=r"source must index a layer of the run of 3"):
-        depth_pruning.streamline(model, 2, batches(), source=3)
+        depth_baselines.streamline(model, 2, batches(), source=3)
     with pytest.raises(ValueError, match="increasing layer indices"):
-        depth_pruning.keep_layers(model, [2, 1])
+        depth_baselines.keep_layers(model, [2, 1])
     with pytest.raises(ValueError, match="prunes nothing"):
-        depth_pruning.keep_layers(model, [0, 1, 2, 3])
+        depth_baselines.keep_layers(model, [0, 1, 2, 3])
     with pytest.raises(ValueError, match="at least one calibration batch"):
-        depth_pruning.block_influence(model, [])
+        layer_selection.block_influence(model, [])
