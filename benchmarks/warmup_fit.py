@@ -30,6 +30,7 @@ from theseus_zoo.recipes import get_recipe
 from theseus_zoo.tasks import build_task
 from theseus_zoo.training.checkpoints import read_checkpoint
 from theseus_zoo.training.methods import BlockwiseWarmup, Context, Theseus, methods_of
+from theseus_zoo.training.session import stream_seed
 
 from .harness import environment, markdown_table, write_report
 
@@ -68,7 +69,7 @@ def measure(run: Path, batches: int) -> dict[str, Any]:
     predecessor = task.build_predecessor()
     if "predecessor" in state["done"]:
         predecessor.load_state_dict(state["done"]["predecessor"]["weights"])
-    torch.manual_seed(recipe.seed)
+    torch.manual_seed(stream_seed(recipe.seed, method.full_name))  # as the run drew its initialisation
     trainee = method.build(Context(task, recipe.for_method(method.full_name), predecessor))
     objective = trainee.stages[0].objective()
     warmup = objective.loss

@@ -124,9 +124,14 @@ class ForwardRng:
     """
 
     def __init__(self, seed: int, rank: int, device: torch.device) -> None:
-        digest = hashlib.sha256(f"{seed}:forward:{rank}".encode()).digest()
-        self.seed = int.from_bytes(digest[:8], "little") & (2**63 - 1)
-        self.device = torch.device(device)
+        self.recipe_seed, self.rank, self.device = seed, rank, torch.device(device)
+        self.restart("")
+
+    def restart(self, stream: str) -> None:
+        """Starts this rank's forward stream of ``stream`` (a method's name; ``""`` before any), from the recipe
+        seed, the stream and the rank alone: what a method draws never depends on what trained before it."""
+        digest = hashlib.sha256(f"{self.recipe_seed}:forward:{self.rank}{':' + stream if stream else ''}".encode())
+        self.seed = int.from_bytes(digest.digest()[:8], "little") & (2**63 - 1)
         self.state: dict[str, torch.Tensor] = {"torch": torch.Generator().manual_seed(self.seed).get_state()}
 
     @contextmanager

@@ -104,7 +104,9 @@ class Run:
     def _train(self, method: Method, context: Context) -> nn.Module:
         """``method``'s compact model in its final form: its stages trained (or found done), then with a ``refine``
         phase in the recipe, `Task.refine_` (deterministic, so a resumed run rebuilds the same structure before
-        loading the stage's weights) and ``refine:<name>``."""
+        loading the stage's weights) and ``refine:<name>``. Every random draw comes from the method's own stream
+        (`Session.start_stream`)."""
+        self.session.start_stream(method.full_name)  # its draws from its name, not from what trained before it
         trainee = method.build(context)
         for stage in trainee.stages:
             self._stage(stage, trainee.model)

@@ -10,6 +10,7 @@ needed (`theseus_zoo.training.ranks`). `theseus_zoo.training.loop` trains a stag
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import sys
@@ -41,6 +42,12 @@ def atomic_save(obj: Any, path: Path) -> None:
     """A checksummed checkpoint through a temporary file and a rename (`theseus_zoo.training.checkpoints`): a crash
     never leaves half a file, and the checkpoint it replaces is kept as ``<path>.previous``."""
     write_checkpoint(obj, path)
+
+
+def stream_seed(seed: int, name: str) -> int:
+    """The seed of the random stream ``name`` (a method's full name) of a run seeded ``seed``: a hash of both."""
+    digest = hashlib.sha256(f"{seed}:method:{name}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 
 def rng_state(forward: ranks.ForwardRng | None = None) -> dict[str, Any]:
@@ -234,6 +241,17 @@ class Session:
 
     def set_rng_state(self, state: dict[str, Any]) -> None:
         set_rng_state(state, self.forward_rng, self.accelerator.process_index)
+
+    def start_stream(self, name: str) -> None:
+        """Seeds every RNG a method draws from (the shared torch and Python RNGs: fresh initialisations, dropout
+        masks; with several processes each rank's forward stream) from the recipe seed and ``name`` alone
+        (`stream_seed`), so that a method trains the same whichever methods ran before it in the run. Data order is
+        shared by design (`theseus_zoo.training.data_order`)."""
+        seed = stream_seed(self.recipe.seed, name)
+        torch.manual_seed(seed)
+        random.seed(seed)
+        if self.forward_rng is not None:
+            self.forward_rng.restart(name)
 
     def finished(self, stage: str) -> bool:
         """Whether ``stage`` is done; if so, the RNG continues from where that stage left it, so that a resumed run

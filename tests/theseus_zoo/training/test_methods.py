@@ -217,3 +217,29 @@ def test_warmup_without_a_budget_to_split_is_refused_before_the_predecessor_trai
     assert cli.main([*args, "--methods", "kd,theseus+warmup"]) == 2
     assert "theseus: +warmup splits the replacing budget, and replacing.steps is 1" in capsys.readouterr().err
     assert not (out / "checkpoint.pt").exists()
+
+
+def test_a_methods_numbers_do_not_depend_on_the_methods_trained_before_it(tmp_path):
+    """Each method draws from a stream of its own (initialisations, dropout masks): ``kd`` alone and after other
+    methods logs the same bytes; data order is shared by design."""
+    config = tmp_path / "tiny.json"
+    config.write_text(
+        json.dumps(
+            {
+                "predecessor": {"steps": 20, "eval_every": 10},
+                "replacing": {"steps": 20, "eval_every": 10},
+                "steps_to_one": 10,
+                "patience": None,
+            }
+        )
+    )
+    logged = {}
+    for methods in ("kd", "truncated,scratch,theseus+warmup+kd,kd"):
+        out = tmp_path / methods.replace(",", "-")
+        args = ["compress", "--recipe", "toy", "--config", str(config), "--out", str(out), "--no-progress"]
+        assert cli.main([*args, "--methods", methods]) == 0
+        lines = (out / "metrics.jsonl").read_text().splitlines()
+        logged[methods] = [line for line in lines if json.loads(line)["phase"] == "baseline:kd"]
+        report = json.loads((out / "report.json").read_text())
+        logged[methods].append(json.dumps(report["models"]["baseline:kd"]["test"]))
+    assert logged["kd"] == logged["truncated,scratch,theseus+warmup+kd,kd"] and len(logged["kd"]) > 2
