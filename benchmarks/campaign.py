@@ -1,0 +1,418 @@
+"""Campaigns: long lists of runs that outlive a session, run a few one-thread jobs at a time, raw results kept.
+
+    python -m benchmarks.campaign run NAME [--jobs 2] [--threads 1] [--runs runs/campaigns] [--hours H]
+    python -m benchmarks.campaign status NAME
+
+A campaign is committed as ``benchmarks/campaigns/NAME.json``: its cells (a recipe, with optional recipe overrides),
+its methods (names of `theseus_zoo.methods`), each with named settings (recipe overrides: a learning rate,
+``kd_alpha``, ...), the seeds of its grid and its final seeds. Its runs (`Campaign.runs`): every (cell, method,
+setting, grid seed); then, once a method's grid is finished in a cell, the setting with the best mean dev metric
+over the grid seeds (`Campaign.chosen`) at every final seed. Each run trains its one method (``--methods``), so a
+run's numbers are its own (`theseus_zoo.training.session.Session.start_stream`).
+
+``run`` starts what is not done, ``--jobs`` processes of ``--threads`` threads at a time (``theseus compress`` each,
+`theseus_zoo.training.runners.CompressProcess`), in the campaign's order, until nothing is left or ``--hours`` have
+passed (then it starts nothing new and waits for the runs in flight). A run is done when its raw result is in the
+archive, ``benchmarks/results/campaigns/NAME/<cell>/<method>/<setting>/seed<N>/report.json`` (written the moment the
+run finishes: commit it); a done run never runs again. A run killed midway resumes from its checkpoint. One
+predecessor per (cell, seed), shared by the seed's methods: the first run of a seed fine-tunes it, the others take
+it (``--predecessor-from``); a predecessor lost with a machine is fine-tuned again by the next run that needs it, and
+must give the archived reports' predecessor outputs (`benchmarks.compare.same_predecessor`) or the campaign stops.
+A finished run's checkpoints and exported model are deleted, but for the run that holds its seed's predecessor.
+
+``status`` prints done / running / left per cell and method and the CPU-hours left, estimated from the finished
+runs (each method's mean wall-clock of its runs, predecessor phases included, times ``--threads``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from theseus_zoo.methods import parse_method
+from theseus_zoo.training.results import REPORT, Report
+from theseus_zoo.training.run_directory import CHECKPOINT
+from theseus_zoo.training.runners import CompressProcess, ensure_run
+
+from .compare import phase_of, predecessor_outputs, same_predecessor
+
+CAMPAIGNS = Path(__file__).parent / "campaigns"
+ARCHIVE = Path(__file__).parent / "results" / "campaigns"
+
+
+@dataclass(frozen=True, order=True)
+class CampaignRun:
+    """One run of a campaign: ``method`` at ``setting`` on ``cell``'s recipe with ``seed``."""
+
+    cell: str
+    method: str
+    setting: str
+    seed: int
+
+    @property
+    def path(self) -> Path:
+        """Where it lives, under the runs and the archive alike."""
+        return Path(self.cell, self.method, self.setting, f"seed{self.seed}")
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+
+@dataclass
+class Campaign:
+    """A campaign's definition (module doc), read with `Campaign.load`, and where its runs and results lie."""
+
+    name: str
+    cells: dict[str, dict[str, Any]]
+    methods: dict[str, dict[str, dict[str, Any]]]
+    grid_seeds: list[int]
+    final_seeds: list[int]
+    archive: Path = ARCHIVE
+    runs_root: Path = Path("runs/campaigns")
+    description: str = ""
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @classmethod
+    def load(cls, path: Path, *, archive: Path | None = None, runs_root: Path | None = None) -> Campaign:
+        """The campaign in ``path`` (JSON: ``cells``, ``methods``, ``grid_seeds``, ``final_seeds``), checked; its
+        archive and runs in a folder of its name under ``archive`` and ``runs_root`` (default:
+        ``benchmarks/results/campaigns``, ``runs/campaigns``). Raises `ValueError` in one line for a bad
+        definition."""
+        try:
+            data = json.loads(Path(path).read_text())
+        except FileNotFoundError:
+            known = ", ".join(sorted(p.stem for p in Path(path).parent.glob("*.json")))
+            raise ValueError(f"no campaign {Path(path).stem!r}; campaigns: {known}") from None
+        name = data.get("name", Path(path).stem)
+        for key in ("cells", "methods", "grid_seeds", "final_seeds"):
+            if key not in data:
+                raise ValueError(f"campaign {name}: {key} is missing")
+        for cell, definition in data["cells"].items():
+            if "recipe" not in definition:
+                raise ValueError(f"campaign {name}: cell {cell} names no recipe")
+        for method, settings in data["methods"].items():
+            parse_method(method)  # one vocabulary: an unknown name fails here, before any run
+            if not settings:
+                raise ValueError(f"campaign {name}: method {method} has no settings")
+        campaign = cls(
+            name,
+            data["cells"],
+            data["methods"],
+            list(data["grid_seeds"]),
+            list(data["final_seeds"]),
+            description=data.get("description", ""),
+        )
+        campaign.archive = (archive or ARCHIVE) / name
+        campaign.runs_root = (runs_root or Path("runs/campaigns")) / name
+        return campaign
+
+    # ------------------------------------------------------------------------------------------- what to run
+    def grid(self) -> list[CampaignRun]:
+        """Every (cell, method, setting, grid seed), cell by cell, seed by seed."""
+        return [
+            CampaignRun(cell, method, setting, seed)
+            for cell in self.cells
+            for seed in self.grid_seeds
+            for method, settings in self.methods.items()
+            for setting in settings
+        ]
+
+    def report(self, run: CampaignRun) -> Report | None:
+        """The archived report of ``run``, if it is done."""
+        path = self.archive / run.path / REPORT
+        return Report.load(path) if path.exists() else None
+
+    def dev(self, run: CampaignRun) -> float | None:
+        """The dev metric of the state ``run`` kept (its method's last stage's best), if it is done."""
+        report = self.report(run)
+        return None if report is None else report.phases[phase_of(run.method)]["best_metric"]
+
+    def chosen(self, cell: str, method: str) -> str | None:
+        """The setting of ``method`` in ``cell`` with the best mean dev metric over the grid seeds, once every grid
+        run of it is done (ties: the first in the campaign's order); ``None`` before."""
+        means = {}
+        for setting in self.methods[method]:
+            values = [self.dev(CampaignRun(cell, method, setting, seed)) for seed in self.grid_seeds]
+            if any(value is None for value in values):
+                return None
+            means[setting] = statistics.mean(values)
+        return max(means, key=lambda setting: means[setting])
+
+    def runs(self) -> list[CampaignRun]:
+        """Every run known now, cell by cell: the cell's grid, then the final seeds of each of its methods whose grid
+        is finished."""
+        runs = []
+        for cell in self.cells:
+            runs += [run for run in self.grid() if run.cell == cell]
+            for method in self.methods:
+                setting = self.chosen(cell, method)
+                if setting is not None:
+                    runs += [CampaignRun(cell, method, setting, seed) for seed in self.final_seeds]
+        return list(dict.fromkeys(runs))
+
+    def at_edge(self, method: str, setting: str) -> bool:
+        """Whether ``setting``'s learning rate is the lowest or highest of ``method``'s settings: a grid to extend
+        until the choice is interior."""
+        rates = {name: values.get("replacing", {}).get("lr") for name, values in self.methods[method].items()}
+        known = [rate for rate in rates.values() if rate is not None]
+        return len(set(known)) > 1 and rates[setting] in (min(known), max(known))
+
+    def waiting(self) -> list[tuple[str, str]]:
+        """The (cell, method) pairs whose final runs wait on their grid."""
+        return [(cell, method) for cell in self.cells for method in self.methods if self.chosen(cell, method) is None]
+
+    def done(self, run: CampaignRun) -> bool:
+        return (self.archive / run.path / REPORT).exists()
+
+    # ------------------------------------------------------------------------------------------- running one
+    def overrides(self, run: CampaignRun) -> dict[str, Any]:
+        """The recipe overrides ``run`` trains with: the cell's, the setting's, and its one method."""
+        cell = dict(self.cells[run.cell].get("overrides", {}))
+        setting = self.methods[run.method][run.setting]
+        merged = {**cell, **setting, "methods": [run.method]}
+        for phase in ("predecessor", "replacing", "refine"):  # phases merge field by field
+            if isinstance(cell.get(phase), dict) and isinstance(setting.get(phase), dict):
+                merged[phase] = {**cell[phase], **setting[phase]}
+        return merged
+
+    def predecessor_record(self, run: CampaignRun) -> Path:
+        return self.runs_root / run.cell / "predecessors" / f"seed{run.seed}"
+
+    def predecessor_source(self, run: CampaignRun) -> Path | None:
+        """The run directory holding the fine-tuned predecessor of ``run``'s (cell, seed), if it is still there."""
+        record = self.predecessor_record(run)
+        if not record.exists():
+            return None
+        source = Path(record.read_text().strip())
+        return source if (source / CHECKPOINT).exists() else None
+
+    def execute(self, run: CampaignRun, threads: int) -> Report:
+        """Runs (or resumes) ``run`` in a process of its own, archives its report at once, checks its predecessor
+        against the archived reports of its (cell, seed), and cleans its directory (module doc)."""
+        directory = self.runs_root / run.path
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        config = directory.parent / f"seed{run.seed}.config.json"
+        config.write_text(json.dumps(self.overrides(run), indent=2) + "\n")
+        source = self.predecessor_source(run)
+        arguments = ["--config", str(config), "--seed", str(run.seed)]
+        recipe = self.cells[run.cell]["recipe"]
+        runner = CompressProcess(
+            recipe, arguments, threads, log=directory.parent / f"seed{run.seed}.log", name=str(run)
+        )
+        report = ensure_run(None, directory, predecessor_from=source, runner=runner)
+        siblings = [
+            other
+            for other in self.runs()
+            if (other.cell, other.seed) == (run.cell, run.seed) and other != run and self.done(other)
+        ]
+        outputs = predecessor_outputs(report.to_dict())
+        for other in siblings[:1]:
+            if not same_predecessor(outputs, predecessor_outputs(self.report(other).to_dict())):
+                raise RuntimeError(
+                    f"{run}: its predecessor differs from the archived {other}'s (another machine or library build?): "
+                    "the campaign stops; the run's report is kept in its run directory, not archived"
+                )
+        target = self.archive / run.path
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(directory / REPORT, target / REPORT)
+        with self._lock:
+            if source is None and self.predecessor_source(run) is None:
+                self.predecessor_record(run).parent.mkdir(parents=True, exist_ok=True)
+                self.predecessor_record(run).write_text(str(directory.resolve()) + "\n")
+            if self.predecessor_source(run) != directory.resolve():
+                clean(directory)
+        return report
+
+    # ------------------------------------------------------------------------------------------- status
+    def seconds(self, run: CampaignRun) -> float | None:
+        """Wall-clock of a done run's phases (its predecessor's too), from its report."""
+        report = self.report(run)
+        return None if report is None else sum(phase["seconds"] for phase in report.phases.values())
+
+    def status(self, running: set[CampaignRun] = frozenset(), threads: int = 1) -> dict[str, Any]:
+        """Done / running / left per (cell, method), the runs waiting on a grid, and the CPU-hours left."""
+        runs = self.runs()
+        rows, seconds = {}, {}
+        for run in runs:
+            row = rows.setdefault((run.cell, run.method), {"done": 0, "running": 0, "left": 0})
+            state = "done" if self.done(run) else "running" if run in running else "left"
+            row[state] += 1
+            if state == "done":
+                seconds.setdefault(run.method, []).append(self.seconds(run))
+        every = [value for values in seconds.values() for value in values]
+        waiting = self.waiting()
+        pending = [run for run in runs if not self.done(run)]
+        pending_final = [  # the final runs a waiting grid will add (its chosen setting is unknown, the count is not)
+            (cell, method) for cell, method in waiting for seed in self.final_seeds if seed not in self.grid_seeds
+        ]
+        estimate = None
+        if every:
+            per = {method: statistics.mean(values) for method, values in seconds.items()}
+            fallback = statistics.mean(every)
+            left = sum(per.get(run.method, fallback) for run in pending)
+            left += sum(per.get(method, fallback) for _, method in pending_final)
+            estimate = left * threads / 3600
+        return {
+            "rows": rows,
+            "done": sum(row["done"] for row in rows.values()),
+            "running": sum(row["running"] for row in rows.values()),
+            "left": sum(row["left"] for row in rows.values()) + len(pending_final),
+            "waiting": waiting,
+            "cpu_hours_left": estimate,
+        }
+
+
+def clean(directory: Path) -> None:
+    """Deletes a finished run's checkpoints and exported model (hundreds of MB for MiniLM); keeps its report,
+    metrics and curves."""
+    for name in (CHECKPOINT, CHECKPOINT + ".previous"):
+        (directory / name).unlink(missing_ok=True)
+    shutil.rmtree(directory / "model", ignore_errors=True)
+
+
+def running_file(campaign: Campaign) -> Path:
+    return campaign.runs_root / "running.json"
+
+
+def read_running(campaign: Campaign) -> set[CampaignRun]:
+    """The runs a live ``run`` process says it has in flight (none when that process is gone)."""
+    path = running_file(campaign)
+    if not path.exists():
+        return set()
+    data = json.loads(path.read_text())
+    try:
+        os.kill(data["pid"], 0)
+    except (OSError, KeyError):
+        return set()
+    return {CampaignRun(**entry) for entry in data["runs"]}
+
+
+def write_running(campaign: Campaign, runs: set[CampaignRun]) -> None:
+    path = running_file(campaign)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    entries = [{"cell": r.cell, "method": r.method, "setting": r.setting, "seed": r.seed} for r in sorted(runs)]
+    path.write_text(json.dumps({"pid": os.getpid(), "runs": entries}, indent=2) + "\n")
+
+
+def next_runs(campaign: Campaign, in_flight: set[CampaignRun], slots: int) -> list[CampaignRun]:
+    """Up to ``slots`` runs to start now, in the campaign's order: not done, not in flight, and not a second run of
+    a (cell, seed) whose predecessor is being fine-tuned (its first run must finish before the others can take it)."""
+    chosen: list[CampaignRun] = []
+    busy = {(run.cell, run.seed) for run in in_flight if campaign.predecessor_source(run) is None}
+    for run in campaign.runs():
+        if len(chosen) == slots:
+            break
+        if campaign.done(run) or run in in_flight or run in chosen:
+            continue
+        key = (run.cell, run.seed)
+        if campaign.predecessor_source(run) is None:
+            if key in busy:
+                continue
+            busy.add(key)
+        chosen.append(run)
+    return chosen
+
+
+def run_campaign(campaign: Campaign, jobs: int, threads: int, hours: float | None = None) -> int:
+    """Runs what is left (module doc); returns the number of runs finished. A failed run is reported and left
+    (its directory kept to resume); a predecessor that differs from the archive's stops the campaign."""
+    deadline = None if hours is None else time.monotonic() + hours * 3600
+    finished = 0
+    in_flight: dict[Future, CampaignRun] = {}
+    failed: set[CampaignRun] = set()
+    with ThreadPoolExecutor(jobs) as pool:
+        while True:
+            open_slots = jobs - len(in_flight)
+            if open_slots and (deadline is None or time.monotonic() < deadline):
+                current = set(in_flight.values()) | failed
+                for run in next_runs(campaign, current, open_slots):
+                    print(f"campaign {campaign.name}: start {run}", flush=True)
+                    in_flight[pool.submit(campaign.execute, run, threads)] = run
+            write_running(campaign, set(in_flight.values()))
+            if not in_flight:
+                break
+            done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+            for future in done:
+                run = in_flight.pop(future)
+                try:
+                    future.result()
+                except RuntimeError as error:
+                    if "predecessor differs" in str(error):
+                        for other in in_flight:
+                            other.cancel()
+                        raise
+                    print(f"campaign {campaign.name}: {run} failed: {error}", file=sys.stderr, flush=True)
+                    failed.add(run)
+                    continue
+                finished += 1
+                print(f"campaign {campaign.name}: done {run}", flush=True)
+    write_running(campaign, set())
+    return finished
+
+
+def format_status(campaign: Campaign, status: dict[str, Any]) -> str:
+    lines = [f"campaign {campaign.name}: {status['done']} done, {status['running']} running, {status['left']} left"]
+    hours = status["cpu_hours_left"]
+    lines.append(
+        "CPU-hours left: "
+        + ("unknown (no run finished yet)" if hours is None else f"{hours:.1f}")
+        + " (estimated from the finished runs' wall-clock)"
+    )
+    for (cell, method), row in sorted(status["rows"].items()):
+        chosen = campaign.chosen(cell, method)
+        lines.append(
+            f"  {cell:<26} {method:<18} done {row['done']:>3}  running {row['running']:>2}  left {row['left']:>3}  "
+            + (
+                f"chosen {chosen}{' (an edge of its grid: extend it)' * campaign.at_edge(method, chosen)}"
+                if chosen
+                else "grid not finished (the final seeds wait on it)"
+            )
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=("run", "status"))
+    parser.add_argument("name", help="a campaign in benchmarks/campaigns/ (its file name without .json)")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--hours", type=float, help="start nothing new after this many hours")
+    parser.add_argument("--runs", type=Path, default=Path("runs/campaigns"))
+    parser.add_argument("--archive", type=Path, default=ARCHIVE)
+    parser.add_argument("--campaigns", type=Path, default=CAMPAIGNS)
+    args = parser.parse_args(argv)
+    if args.jobs < 1 or args.threads < 1:
+        parser.error("--jobs and --threads must be at least 1")
+    try:
+        campaign = Campaign.load(args.campaigns / f"{args.name}.json", archive=args.archive, runs_root=args.runs)
+    except ValueError as error:
+        print(f"campaign: error: {error}", file=sys.stderr)
+        return 2
+    if args.command == "run":
+        if read_running(campaign):
+            print(
+                f"campaign: error: {campaign.name} is running already (see {running_file(campaign)})", file=sys.stderr
+            )
+            return 2
+        try:
+            run_campaign(campaign, args.jobs, args.threads, args.hours)
+        except RuntimeError as error:
+            print(f"campaign: error: {error}", file=sys.stderr)
+            return 1
+    print(format_status(campaign, campaign.status(read_running(campaign), args.threads)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
