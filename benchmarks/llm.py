@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> None:
     from transformers import AutoModelForCausalLM
 
     import theseus_core as th
-    from theseus_adapters import depth_pruning, hf
+    from theseus_adapters import depth_baselines, hf
     from theseus_zoo.tasks import build_task
 
     options = {**json.loads(args.options), "num_layers": args.layers, "calibration_sequences": args.calibration}
@@ -147,12 +147,12 @@ def main(argv: list[str] | None = None) -> None:
         return th.replace_(model, plan).finalize(), {}
 
     def shortgpt() -> tuple[nn.Module, dict[str, Any]]:
-        pruned = depth_pruning.shortgpt(predecessor, args.layers, task.calibration_batches())
+        pruned = depth_baselines.shortgpt(predecessor, args.layers, task.calibration_batches())
         return pruned.model, {"kept": pruned.sources}
 
     def streamline() -> tuple[nn.Module, dict[str, Any]]:
         batches = task.calibration_batches()
-        pruned = depth_pruning.streamline(
+        pruned = depth_baselines.streamline(
             predecessor, args.layers, batches, steps=args.streamline_steps, lr=args.streamline_lr
         )
         return pruned.model, {"replaced": pruned.replaced, "mse": pruned.mse}

@@ -103,7 +103,7 @@ def test_a_rate_whose_run_fails_is_left_out_of_the_grid(tmp_path, monkeypatch, c
 
 @pytest.mark.parametrize(
     ("pin", "message"),
-    [("kd=1e-4", "not among --methods"), ("nope=1e-4", "is not a method"), ("theseus=fast", "with a number")],
+    [("kd=1e-4", "not among --methods"), ("nope=1e-4", "unknown method 'nope'"), ("theseus=fast", "with a number")],
 )
 def test_a_bad_pinned_learning_rate_ends_before_any_run(tmp_path, capsys, pin, message):
     with pytest.raises(SystemExit):

@@ -18,7 +18,7 @@ def test_a_step_trains_what_the_trainer_would_and_unfreezing_waits_for_p_one(tmp
     task = build_task(recipe.family, recipe.options, recipe.seed)
     predecessor = task.build_predecessor()
     batch = task.collate(task.dataset("train")[:8])
-    step, model = step_cost.method_step("theseus+unfreeze-all", "toy", predecessor, batch)
+    step, model = step_cost.method_step("theseus+unfreeze", "toy", predecessor, batch)
     before = {name: parameter.detach().clone() for name, parameter in model.named_parameters()}
     step(0.5)
     mixed = changed(model, before)
