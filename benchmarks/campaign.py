@@ -8,7 +8,7 @@ its methods (names of `theseus_zoo.methods`), each with named settings (recipe o
 ``kd_alpha``, ...), the seeds of its grid and its final seeds. Its runs (`Campaign.runs`): every (cell, method,
 setting, grid seed); then, once a method's grid is finished in a cell, the setting with the best mean dev metric
 over the grid seeds (`Campaign.chosen`) at every final seed. Each run trains its one method (``--methods``), so a
-run's numbers are its own (`theseus_zoo.training.session.Session.start_stream`).
+run's numbers are its own (`theseus_zoo.training.rng.RunRng.start_stream`).
 
 ``run`` starts what is not done, ``--jobs`` processes of ``--threads`` threads at a time (``theseus compress`` each,
 `theseus_zoo.training.runners.CompressProcess`), in the campaign's order, until nothing is left or ``--hours`` have

@@ -42,11 +42,11 @@ def run_cell(labels: str, layers: int, out: Path, config: Path, threads: int, pr
 
 def finished_predecessor(runs: Path, labels: str, depths: list[int]) -> Path | None:
     """A run of ``labels`` (at any depth) whose predecessor is fine-tuned already: the others take it from there."""
-    from theseus_zoo.training.checkpoints import read_checkpoint
+    from theseus_zoo.training.state import read_state
 
     for layers in depths:
         checkpoint = runs / f"{labels}-{layers}l" / CHECKPOINT
-        if checkpoint.exists() and "predecessor" in read_checkpoint(checkpoint)["done"]:
+        if checkpoint.exists() and "predecessor" in read_state(checkpoint).done:
             return checkpoint.parent
     return None
 

@@ -28,9 +28,9 @@ import torch
 from theseus_core import primary_output, split_primary
 from theseus_zoo.recipes import get_recipe
 from theseus_zoo.tasks import build_task
-from theseus_zoo.training.checkpoints import read_checkpoint
 from theseus_zoo.training.methods import BlockwiseWarmup, Context, Theseus, methods_of
-from theseus_zoo.training.session import stream_seed
+from theseus_zoo.training.rng import stream_seed
+from theseus_zoo.training.state import read_state
 
 from .harness import environment, markdown_table, write_report
 
@@ -62,13 +62,13 @@ def measure(run: Path, batches: int) -> dict[str, Any]:
     if method is None:
         raise SystemExit(f"{run}: the run trained no +warmup variant ({', '.join(recipe.method_names())})")
     variant, stage = method.full_name, "warmup" + method.suffix  # as the run named them
-    state = read_checkpoint(run / "checkpoint.pt")
-    if stage not in state["done"]:
+    state = read_state(run / "checkpoint.pt")
+    if stage not in state.done:
         raise SystemExit(f"{run}: its stage {stage} is not finished")
     task = build_task(recipe.family, recipe.options, recipe.seed)
     predecessor = task.build_predecessor()
-    if "predecessor" in state["done"]:
-        predecessor.load_state_dict(state["done"]["predecessor"]["weights"])
+    if "predecessor" in state.done:
+        predecessor.load_state_dict(state.done["predecessor"].weights)
     torch.manual_seed(stream_seed(recipe.seed, method.full_name))  # as the run drew its initialisation
     trainee = method.build(Context(task, recipe.for_method(method.full_name), predecessor))
     objective = trainee.stages[0].objective()
@@ -78,13 +78,13 @@ def measure(run: Path, batches: int) -> dict[str, Any]:
     chosen = range(max(0, len(train) - batches * size), len(train))  # a full-graph batch: the whole split
     data = [task.collate([train[i] for i in chosen[start : start + size]]) for start in range(0, len(chosen), size)]
     before = relative_errors(warmup, trainee.model, data)
-    trainee.model.load_state_dict(state["done"][stage]["weights"])
+    trainee.model.load_state_dict(state.done[stage].weights)
     after = relative_errors(warmup, trainee.model, data)
     return {
         "run": str(run),
         "method": variant,
-        "warmup_steps": state["done"][stage]["steps"],
-        "kept_step": state["done"][stage]["best_step"],
+        "warmup_steps": state.done[stage].steps,
+        "kept_step": state.done[stage].best_step,
         "sites": [site.path for site in objective.theseus.sites],
         "relative_error_before": before,
         "relative_error_after": after,

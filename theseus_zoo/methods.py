@@ -164,14 +164,14 @@ def parse_method(text: str) -> MethodName:
     modifier_names = [name for name in METHODS.names() if name.startswith("+")]
     if base not in methods:
         raise ValueError(
-            f"unknown method {text!r}; methods: {', '.join(methods)} (modifiers: {''.join(modifier_names)})"
+            f"unknown method {text!r}; methods: {', '.join(methods)} (modifiers: {', '.join(modifier_names)})"
         )
     spec = METHODS.get(base)
     if modifiers and not spec.takes_modifiers:
-        raise ValueError(f"method {text!r}: modifiers ({''.join(modifier_names)}) apply to theseus only")
+        raise ValueError(f"method {text!r}: modifiers ({', '.join(modifier_names)}) apply to theseus only")
     unknown = [name for name, _ in modifiers if "+" + name not in modifier_names]
     if unknown:
-        raise ValueError(f"method {text!r}: unknown modifier {unknown[0]!r}; modifiers: {''.join(modifier_names)}")
+        raise ValueError(f"method {text!r}: unknown modifier {unknown[0]!r}; modifiers: {', '.join(modifier_names)}")
     if len({name for name, _ in modifiers}) != len(modifiers):
         raise ValueError(f"method {text!r} names a modifier twice")
     parsed = MethodName(base, base_arguments, tuple(modifiers))

@@ -33,10 +33,10 @@ import theseus_core as th
 
 from ..recipes import Recipe
 from . import stats
-from .checkpoints import read_checkpoint
 from .results import Report
 from .run_directory import CHECKPOINT
 from .runners import ensure_run
+from .state import read_state
 
 ANALYSES = ("sensitivity", "schedules", "budget")
 
@@ -65,15 +65,15 @@ def sensitivity(
     ensure_run(
         recipe.with_overrides(recipe.theseus_and()), run_dir, progress=progress, predecessor_from=predecessor_from
     )
-    state = read_checkpoint(run_dir / CHECKPOINT)
+    state = read_state(run_dir / CHECKPOINT)
     task = build_task(recipe.family, recipe.options, recipe.seed)
     predecessor = task.build_predecessor()
-    if "predecessor" in state["done"]:
-        predecessor.load_state_dict(state["done"]["predecessor"]["weights"])
+    if "predecessor" in state.done:
+        predecessor.load_state_dict(state.done["predecessor"].weights)
     predecessor.eval()
     model = copy.deepcopy(predecessor)
     theseus = th.replace_(model, task.plan(model), seed=recipe.seed)
-    model.load_state_dict(state["done"]["replacing"]["weights"])
+    model.load_state_dict(state.done["replacing"].weights)
     model.eval()
     reference = {split: task.evaluate(predecessor, split)[task.metric] for split in ("dev", "test")}
     rows = []

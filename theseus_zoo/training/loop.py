@@ -23,6 +23,7 @@ from .data_order import DataOrder, labelled_split
 from .methods import Objective, to_device
 from .optimization import optimizer_groups
 from .run_directory import RunError
+from .state import Best, StageProgress, StageRecord
 
 if TYPE_CHECKING:
     from .session import Session
@@ -35,40 +36,38 @@ def optimizer_for(model: nn.Module, objective: Objective, phase: Phase) -> torch
 
 def train_phase(session: Session, name: str, model: nn.Module, objective: Objective, phase: Phase) -> None:
     """Trains stage ``name`` of ``model``, evaluating and checkpointing every ``phase.eval_every`` steps, and records
-    it in ``session.state["done"][name]`` (best weights, best dev metric and step, steps, seconds, the RNG where the
-    next stage starts). Resumes inside the stage when the session's checkpoint stopped there."""
+    it in ``session.state.done[name]`` (a `StageRecord`: best weights, best dev metric and step, steps, seconds, the
+    RNG where the next stage starts). Resumes inside the stage when the session's checkpoint stopped there."""
     accelerator, task, recipe = session.accelerator, session.task, session.recipe
     theseus, schedule, late = objective.theseus, objective.schedule, objective.late
     optimizer = optimizer_for(model, objective, phase)
     model, optimizer = accelerator.prepare(model, optimizer)
     unwrapped = accelerator.unwrap_model(model)
-    current = session.state.get("current")
-    if current is not None and current["phase"] == name:  # resuming inside this stage
-        unwrapped.load_state_dict(current["weights"])
-        optimizer.load_state_dict(current["optimizer"])
+    current = session.state.current
+    if current is not None and current.phase == name:  # resuming inside this stage
+        unwrapped.load_state_dict(current.weights)
+        optimizer.load_state_dict(current.optimizer)
         if theseus is not None:
-            theseus.load_state_dict(current["routing"])
-        session.set_rng_state(current["rng"])
-        step, best, seconds_before = current["step"], current["best"], current.get("seconds", 0.0)
-        stop = current.get("stop", False)  # checkpoints of theseus 0.1.0 have neither
+            theseus.load_state_dict(current.routing)
+        session.rng.restore(current.rng)
+        step, best, seconds_before, stop = current.step, current.best, current.seconds, current.stop
     else:
-        step, best = 0, {"metric": -float("inf"), "step": 0, "weights": None, "evaluations_since": 0}
-        seconds_before, stop = 0.0, False
+        step, best, seconds_before, stop = 0, Best(), 0.0, False
     started = time.perf_counter()
 
     def checkpoint() -> None:
         session.save(
-            current={
-                "phase": name,
-                "step": step,
-                "weights": cpu_state(unwrapped),
-                "optimizer": optimizer.state_dict(),
-                "routing": theseus.state_dict() if theseus is not None else None,
-                "rng": session.rng_state(),
-                "best": best,
-                "stop": stop,  # an early stop decided at this evaluation holds after a resume
-                "seconds": seconds_before + time.perf_counter() - started,
-            }
+            StageProgress(
+                phase=name,
+                step=step,
+                weights=cpu_state(unwrapped),
+                optimizer=optimizer.state_dict(),
+                routing=theseus.state_dict() if theseus is not None else None,
+                rng=session.rng.state(),
+                best=best,
+                stop=stop,  # an early stop decided at this evaluation holds after a resume
+                seconds=seconds_before + time.perf_counter() - started,
+            )
         )
 
     if step == 0:
@@ -90,7 +89,7 @@ def train_phase(session: Session, name: str, model: nn.Module, objective: Object
     if objective.unlabelled is not None and len(unlabelled):
         extra = DataOrder(unlabelled, phase.batch_size, recipe.seed, f"{stream}:unlabelled")
     bar = tqdm(total=phase.steps, initial=step, desc=name, disable=not (session.progress and session.main), leave=False)
-    forward = session.forward_rng.active if session.forward_rng is not None else nullcontext
+    forward = session.rng.forward.active if session.rng.forward is not None else nullcontext
     while step < phase.steps and not stop:
         batch = batch_of(order.batch(step))
         if theseus is not None:
@@ -134,28 +133,28 @@ def train_phase(session: Session, name: str, model: nn.Module, objective: Object
             record["dev"] = metrics
             value = metrics[task.metric]
             at_one = theseus is None or theseus.rate >= 1.0
-            if value > best["metric"]:
-                best = {"metric": value, "step": step, "weights": cpu_state(unwrapped), "evaluations_since": 0}
+            if value > best.metric:
+                best = Best(value, step, cpu_state(unwrapped))
             elif at_one:
-                best["evaluations_since"] += 1
+                best.evaluations_since += 1
             patience = recipe.patience if theseus is not None else None
-            stop = patience is not None and at_one and best["evaluations_since"] >= patience
+            stop = patience is not None and at_one and best.evaluations_since >= patience
             bar.set_postfix({task.metric: f"{value:.4f}", **({"p": f"{theseus.rate:.2f}"} if theseus else {})})
-        session.log(record)
+        session.metrics.log(record)
         if evaluate:
             checkpoint()  # after the log line, so that a resume keeps it
     bar.close()
     for parameter in late:
         parameter.requires_grad_(False)
-    session.state["done"][name] = {
-        "weights": best["weights"],
-        "best_metric": best["metric"],
-        "best_step": best["step"],
-        "steps": step,
-        "seconds": seconds_before + time.perf_counter() - started,  # wall-clock, evaluations included
-        "rng": session.rng_state(),  # where the next stage's draws start, also after a resume
-    }
-    session.save(current=None)
+    session.state.done[name] = StageRecord(
+        weights=best.weights,
+        best_metric=best.metric,
+        best_step=best.step,
+        steps=step,
+        seconds=seconds_before + time.perf_counter() - started,  # wall-clock, evaluations included
+        rng=session.rng.state(),  # where the next stage's draws start, also after a resume
+    )
+    session.save(None)
 
 
 def cpu_state(model: nn.Module) -> dict[str, torch.Tensor]:

@@ -167,9 +167,7 @@ def write_report(session: Session, models: dict[str, nn.Module], compact: nn.Mod
         if "theseus" in models:
             report.comparisons = paired_comparisons(task, report)
     report.speedup = _speedup(task, models["predecessor"], compact, session.accelerator.device)
-    report.phases = {
-        k: {kk: v for kk, v in d.items() if kk not in ("weights", "rng")} for k, d in session.state["done"].items()
-    }
+    report.phases = {name: record.summary() for name, record in session.state.done.items()}
     report.save(out / REPORT)
     (out / "report.md").write_text(markdown_report(report))
     plot_curves(out / "metrics.jsonl", out / "curves.png", task.metric)

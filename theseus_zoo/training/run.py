@@ -87,12 +87,12 @@ class Run:
             # What follows draws from the RNG as it stood before the predecessor phase, whether that phase ran here
             # or its result was borrowed (--predecessor-from): a run compresses the same either way, so runs that
             # share a predecessor pair up however it reached them.
-            before = session.rng_state()
+            before = session.rng.state()
             if not session.finished("predecessor"):
                 objective = Objective(predecessor_parameters(predecessor), task_loss(self.task))
                 train_phase(session, "predecessor", predecessor, objective, recipe.predecessor)
-            predecessor.load_state_dict(session.state["done"]["predecessor"]["weights"])
-            session.set_rng_state(before)
+            predecessor.load_state_dict(session.state.done["predecessor"].weights)
+            session.rng.restore(before)
         models: dict[str, nn.Module] = {"predecessor": predecessor}
         for method in methods:  # each with the recipe as it trains it: its own arguments in place
             context = Context(self.task, recipe.for_method(method.full_name), predecessor, session.accelerator.device)
@@ -105,8 +105,8 @@ class Run:
         """``method``'s compact model in its final form: its stages trained (or found done), then with a ``refine``
         phase in the recipe, `Task.refine_` (deterministic, so a resumed run rebuilds the same structure before
         loading the stage's weights) and ``refine:<name>``. Every random draw comes from the method's own stream
-        (`Session.start_stream`)."""
-        self.session.start_stream(method.full_name)  # its draws from its name, not from what trained before it
+        (`theseus_zoo.training.rng.RunRng.start_stream`)."""
+        self.session.rng.start_stream(method.full_name)  # its draws from its name, not from what trained before it
         trainee = method.build(context)
         for stage in trainee.stages:
             self._stage(stage, trainee.model)
@@ -121,4 +121,4 @@ class Run:
         """Trains ``stage`` unless it is done, then loads its best weights into ``model``."""
         if not self.session.finished(stage.name):
             train_phase(self.session, stage.name, model, stage.objective(), stage.phase)
-        model.load_state_dict(self.session.state["done"][stage.name]["weights"])
+        model.load_state_dict(self.session.state.done[stage.name].weights)

@@ -10,10 +10,9 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 from ..recipes import Recipe, with_defaults
-from .checkpoints import read_checkpoint
+from .state import StageRecord, read_state
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -95,16 +94,16 @@ def repair_metrics(metrics: Path, length: int) -> None:
     )
 
 
-def finished_predecessor(run: Path, recipe: Recipe, compression_options: tuple[str, ...] = ()) -> dict[str, Any]:
+def finished_predecessor(run: Path, recipe: Recipe, compression_options: tuple[str, ...] = ()) -> StageRecord:
     """The fine-tuned predecessor phase of the run in ``run``, checked to be the one ``recipe`` would train: same
     family, predecessor phase, and options but for ``compression_options`` (those that only shape the successor,
     `Task.compression_options`)."""
     if not (run / CHECKPOINT).exists():
         raise RunError(f"--predecessor-from: no {CHECKPOINT} in {run}")
-    state = read_checkpoint(run / CHECKPOINT)
-    if "predecessor" not in state["done"]:
+    state = read_state(run / CHECKPOINT)
+    if "predecessor" not in state.done:
         raise RunError(f"--predecessor-from: the run in {run} has not finished fine-tuning its predecessor")
-    theirs, ours = with_defaults(state["recipe"]), recipe.to_dict()
+    theirs, ours = with_defaults(state.recipe), recipe.to_dict()
     for side in (theirs, ours):
         side["options"] = {k: v for k, v in side["options"].items() if k not in compression_options}
     keys = ("family", "options", "predecessor", "labelled_examples")  # what the predecessor phase trains on
@@ -114,4 +113,4 @@ def finished_predecessor(run: Path, recipe: Recipe, compression_options: tuple[s
             f"--predecessor-from: the run in {run} has another {', '.join(differing)}; its predecessor "
             f"is not the one this recipe trains"
         )
-    return state["done"]["predecessor"]
+    return state.done["predecessor"]

@@ -1,5 +1,7 @@
-"""What one run holds while it trains: its directory opened and checked, the ranks, the checkpointed state, the
-metrics log, the RNG, and the dev evaluation every rank agrees on.
+"""What one run holds while it trains: its directory opened, checked and locked, the ranks, the checkpointed state
+(`theseus_zoo.training.state.RunState`), and the dev evaluation every rank agrees on; its random streams
+(`theseus_zoo.training.rng.RunRng`) and its metrics log (`theseus_zoo.training.metrics_log.MetricsLog`) are parts
+of their own.
 
 `Session.open` checks everything before anything is written (the ranks agree on the recipe, the directory is free
 or resumable and writable, batches divide among the ranks, the family can do what the recipe asks, a borrowed
@@ -10,9 +12,8 @@ needed (`theseus_zoo.training.ranks`). `theseus_zoo.training.loop` trains a stag
 
 from __future__ import annotations
 
-import hashlib
+import dataclasses
 import json
-import random
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,7 +33,10 @@ from ..tasks.protocols import BuildsDirect, CompressionOptions, refinement
 from . import ranks
 from .checkpoints import previous_of, read_checkpoint, write_checkpoint
 from .data_order import labelled_split
+from .metrics_log import MetricsLog
+from .rng import RunRng
 from .run_directory import CHECKPOINT, RunError, RunLock, check_writable, finished_predecessor, repair_metrics
+from .state import RunState, StageProgress, StageRecord
 
 FINISHED_FILES = ("report.json", "report.md", "metrics.jsonl", "model")
 """What a run leaves in its directory beside the checkpoint: a fresh run refuses a directory that holds any."""
@@ -42,34 +46,6 @@ def atomic_save(obj: Any, path: Path) -> None:
     """A checksummed checkpoint through a temporary file and a rename (`theseus_zoo.training.checkpoints`): a crash
     never leaves half a file, and the checkpoint it replaces is kept as ``<path>.previous``."""
     write_checkpoint(obj, path)
-
-
-def stream_seed(seed: int, name: str) -> int:
-    """The seed of the random stream ``name`` (a method's full name) of a run seeded ``seed``: a hash of both."""
-    digest = hashlib.sha256(f"{seed}:method:{name}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
-
-
-def rng_state(forward: ranks.ForwardRng | None = None) -> dict[str, Any]:
-    """The shared RNG states (the same on every rank), and with ``forward`` every rank's forward stream, gathered
-    (a collective: every rank calls it)."""
-    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    if forward is not None:
-        state["forward"] = ranks.all_gather(forward.state)
-    return state
-
-
-def set_rng_state(state: dict[str, Any], forward: ranks.ForwardRng | None = None, rank: int = 0) -> None:
-    torch.set_rng_state(state["torch"])
-    version, internal, gauss = state["python"]  # `random.setstate` wants tuples; a checkpoint may give lists back
-    random.setstate((version, tuple(internal), gauss))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-    saved = state.get("forward")
-    if forward is not None and saved is not None and rank < len(saved):  # else: another number of processes
-        forward.state = saved[rank]
 
 
 class Session:
@@ -82,15 +58,12 @@ class Session:
             kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)],  # one branch per step
         )
         self.main, self.processes = self.accelerator.is_main_process, self.accelerator.num_processes
-        self.forward_rng = (
-            ranks.ForwardRng(recipe.seed, self.accelerator.process_index, self.accelerator.device)
-            if self.processes > 1
-            else None  # one process: forwards draw from the global RNG, as they always did
-        )
-        self.state: dict[str, Any] = {"done": {}}
+        rank, device = self.accelerator.process_index, self.accelerator.device
+        self.rng = RunRng(recipe.seed, rank, self.processes, device)
+        self.state = RunState()
         self.task: Task
         self.lock: RunLock | None = None
-        self.tensorboard: Any = None
+        self.metrics: MetricsLog | None = None  # once the directory is checked and locked
 
     @classmethod
     def open(cls, recipe: Recipe, out: Path, *, resume: bool, progress: bool, predecessor_from: Path | None) -> Session:
@@ -109,26 +82,26 @@ class Session:
             borrowed = session._check(resume, predecessor_from)
         # --- nothing above this line writes anything; below, rank 0 alone writes ---
         state, processes = session.state, session.processes
-        if resume and state.get("processes", 1) != processes and session.main:
+        if resume and state.processes != processes and session.main:
             print(
-                f"theseus: warning: the run in {session.out} was checkpointed with {state.get('processes', 1)} "
+                f"theseus: warning: the run in {session.out} was checkpointed with {state.processes} "
                 f"process(es) and resumes with {processes}: each rank's part of the batch and dropout stream "
                 f"change, so it will not end where an uninterrupted run would",
                 file=sys.stderr,
             )
-        if borrowed is not None:
-            state["done"]["predecessor"] = {**borrowed, "from": str(predecessor_from)}
-        state["recipe"], state["processes"] = recipe.to_dict(), processes
+        if borrowed is not None:  # its RNG unused: what comes after starts from this run's RNG before the phase
+            state.done["predecessor"] = dataclasses.replace(borrowed, rng=None, source=str(predecessor_from))
+        state.recipe, state.processes = recipe.to_dict(), processes
         with session.together():  # the others wait for rank 0's lock and files, and fail with it
             if session.main:
                 session.out.mkdir(parents=True, exist_ok=True)
                 session.lock = RunLock(session.out)
                 if resume:
-                    repair_metrics(session.out / "metrics.jsonl", state["metrics_bytes"])
+                    repair_metrics(session.out / "metrics.jsonl", state.metrics_bytes)
                 else:
                     (session.out / "curves.png").unlink(missing_ok=True)  # the others were refused above
                 (session.out / "recipe.json").write_text(json.dumps(recipe.to_dict(), indent=2) + "\n")
-        session.tensorboard = _tensorboard_writer(session.out / "tensorboard") if session.main else None
+        session.metrics = MetricsLog(session.out, enabled=session.main)
         return session
 
     def _check_few_labels(self, recipe: Recipe, phases: tuple[tuple[str, Phase | None], ...]) -> None:
@@ -147,7 +120,7 @@ class Session:
                 f"unlabelled examples; each must fill a batch of {largest}"
             )
 
-    def _check(self, resume: bool, predecessor_from: Path | None) -> dict[str, Any] | None:
+    def _check(self, resume: bool, predecessor_from: Path | None) -> StageRecord | None:
         """The checks before any write; reads the checkpoint to resume, builds the task, and returns the borrowed
         predecessor's record (``--predecessor-from``), or ``None``."""
         recipe, checkpoint = self.recipe, self.out / CHECKPOINT
@@ -186,10 +159,9 @@ class Session:
         if predecessor_from and not resume:
             ignored = self.task.compression_options if isinstance(self.task, CompressionOptions) else ()
             borrowed = finished_predecessor(Path(predecessor_from), recipe, ignored)
-            borrowed.pop("rng", None)  # unused: what comes after starts from this run's RNG before the phase
         if resume:
-            self.state = read_checkpoint(checkpoint)
-            if with_defaults(self.state.get("recipe") or {}) != recipe.to_dict():
+            self.state = RunState.from_dict(read_checkpoint(checkpoint))
+            if with_defaults(self.state.recipe or {}) != recipe.to_dict():
                 raise RunError(
                     f"--resume: the run in {self.out} used another recipe (see its recipe.json); "
                     f"resume with the same --recipe, --config and flags"
@@ -213,52 +185,21 @@ class Session:
                 where = "" if rank == 0 else f"rank {rank}: "
                 raise RunError(where + message, on_every_rank=True, quiet=not self.main) from None
 
-    def log(self, record: dict[str, Any]) -> None:
-        """Appends ``record`` to ``metrics.jsonl`` (and TensorBoard); rank 0 alone."""
-        if not self.main:
-            return
-        with open(self.out / "metrics.jsonl", "a") as stream:
-            stream.write(json.dumps(record) + "\n")
-        if self.tensorboard is not None:
-            phase, step = record["phase"], record["step"]
-            for name, value in [("loss", record["loss"]), ("rate", record.get("rate"))]:
-                if value is not None:
-                    self.tensorboard.add_scalar(f"{phase}/{name}", value, step)
-            for name, value in record.get("dev", {}).items():
-                self.tensorboard.add_scalar(f"{phase}/dev_{name}", value, step)
-
-    def save(self, **state: Any) -> None:
-        """Checkpoints atomically, with the length of metrics.jsonl so a resume drops the lines logged after (rank 0
-        writes; the state it saves is the same on every rank but for the forward streams, gathered in it)."""
-        self.state.update(state)
+    def save(self, current: StageProgress | None) -> None:
+        """Checkpoints atomically with the stage in progress (``None`` between stages) and the length of
+        metrics.jsonl, so that a resume drops the lines logged after (rank 0 writes; the state it saves is the same
+        on every rank but for the forward streams, gathered in it)."""
+        self.state.current = current
         if self.main:
-            metrics = self.out / "metrics.jsonl"
-            self.state["metrics_bytes"] = metrics.stat().st_size if metrics.exists() else 0
-            atomic_save(self.state, self.out / CHECKPOINT)
-
-    def rng_state(self) -> dict[str, Any]:
-        return rng_state(self.forward_rng)
-
-    def set_rng_state(self, state: dict[str, Any]) -> None:
-        set_rng_state(state, self.forward_rng, self.accelerator.process_index)
-
-    def start_stream(self, name: str) -> None:
-        """Seeds every RNG a method draws from (the shared torch and Python RNGs: fresh initialisations, dropout
-        masks; with several processes each rank's forward stream) from the recipe seed and ``name`` alone
-        (`stream_seed`), so that a method trains the same whichever methods ran before it in the run. Data order is
-        shared by design (`theseus_zoo.training.data_order`)."""
-        seed = stream_seed(self.recipe.seed, name)
-        torch.manual_seed(seed)
-        random.seed(seed)
-        if self.forward_rng is not None:
-            self.forward_rng.restart(name)
+            self.state.metrics_bytes = self.metrics.size()
+            atomic_save(self.state.to_dict(), self.out / CHECKPOINT)
 
     def finished(self, stage: str) -> bool:
         """Whether ``stage`` is done; if so, the RNG continues from where that stage left it, so that a resumed run
         draws what an uninterrupted one would (dropout masks, fresh initialisations)."""
-        done = self.state["done"].get(stage)
-        if done is not None and "rng" in done:
-            self.set_rng_state(done["rng"])
+        done = self.state.done.get(stage)
+        if done is not None and done.rng is not None:
+            self.rng.restore(done.rng)
         return done is not None
 
     def evaluate(self, model: nn.Module, theseus: th.Theseus | None, record: dict[str, Any], step: int) -> dict:
@@ -271,7 +212,7 @@ class Session:
         fingerprints = ranks.all_gather(
             {
                 "routes": ranks.fingerprint(theseus.state_dict()) if theseus is not None else None,
-                "forward_rng": ranks.fingerprint(self.forward_rng.state),
+                "forward_rng": ranks.fingerprint(self.rng.forward.state),
             }
         )
         record["ranks"] = fingerprints
@@ -290,19 +231,9 @@ class Session:
         return metrics
 
     def close(self) -> None:
-        """Releases the lock and closes TensorBoard."""
-        if self.tensorboard is not None:
-            self.tensorboard.close()
-            self.tensorboard = None
+        """Releases the lock and closes the metrics log."""
+        if self.metrics is not None:
+            self.metrics.close()
         if self.lock is not None:
             self.lock.release()
             self.lock = None
-
-
-def _tensorboard_writer(directory: Path) -> Any:
-    """A TensorBoard ``SummaryWriter`` when the ``tensorboard`` package is installed, else ``None``."""
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        return None
-    return SummaryWriter(str(directory))
