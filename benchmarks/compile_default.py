@@ -1,5 +1,5 @@
 """Compile time and steady-state training-step time of `replace_(..., compile=...)` on the models that broke
-issue 10: timm resnet26d and mobilevit_xxs, Swin (torchvision swin_t), and a ViT.
+a dynamic-shape compile: timm resnet26d and mobilevit_xxs, Swin (torchvision swin_t), and a ViT.
 
 Each (model, compile options) runs in its own process: replace with the model's plan, then training steps at
 rate 0.5 (routes change, so every branch compiles). "first steps" is the wall time of the warm-up steps, which
@@ -145,7 +145,7 @@ def main() -> None:
     path.write_text(json.dumps(rows, indent=2) + "\n")
     lines = [
         "Training steps at rate 0.5, batch 8, one CPU thread (OMP_NUM_THREADS=1) on a 2-core machine shared with other",
-        "runs: absolute times are inflated; compare rows. `python -m benchmarks.compile_default` (issue 10).",
+        "runs: absolute times are inflated; compare rows. `python -m benchmarks.compile_default`.",
         "",
         f"| case | compile | first {args.warm_up} steps (s, mostly compiling) | step after (s) | graphs |",
         "|---|---|---|---|---|",

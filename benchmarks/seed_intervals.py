@@ -1,4 +1,4 @@
-"""Seed-level intervals beside the test-set ones, for archived recipe tables (issue 24 item 5).
+"""Seed-level intervals beside the test-set ones, for archived recipe tables.
 
     python -m benchmarks.seed_intervals [benchmarks/results/recipe-NAME.json ...] [--out benchmarks/results]
 

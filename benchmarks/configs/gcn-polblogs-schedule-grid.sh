@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Issue 24 cell (d), the schedule stage: after the learning-rate grid (issue24-gcn-grid.sh), the Theseus variants at
+# GCN PolBlogs, every method, the schedule stage: after the learning-rate grid (gcn-polblogs-grid.sh), the Theseus variants at
 # the rate the best variant chose, over base rates b in {0.1, 0.3, 0.5} x p = 1 at {1/4, 1/2, 3/4} of the 200 steps
 # (the lr grid's own point, b 0.3 at step 100, is not run again): a coarse grid, for the Theseus variants only (the
 # baselines have no schedule). Each run borrows its seed's predecessor from the lr grid, so that every setting pairs.
-# DISTILL_ON=all: the same for the few-labels cell (runs/i24/gcn-all). Usage: issue24-gcn-schedule-grid.sh LR (as
+# DISTILL_ON=all: the same for the few-labels cell (runs/i24/gcn-all). Usage: gcn-polblogs-schedule-grid.sh LR (as
 # the grid spells it, e.g. 2e-2). Rerun to resume.
 cd "$(dirname "$0")/../.."
 lr=$1

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Issue 24 cell (a), compute-matched: a method given the steps that make its wall-clock the best Theseus variant's,
+# Light ResNet blocks, every method, compute-matched: a method given the steps that make its wall-clock the best Theseus variant's,
 # STEPS = 600 / (the method's seconds / the variant's, within the same runs: `python -m benchmarks.methods` prints
 # it as the wall-clock ratio when the variant is the runs' first method), at its own chosen LR, on the shared ResNet-34
 # (--predecessor-from SOURCE_RUN, as every grid run), so that it pairs with the step-matched runs. Usage:
-# issue24-resnet-compute-matched.sh KIND METHOD LR STEPS [SEEDS...] (e.g. mobilenet-v2 kd 2.4e-3 522). Writes
+# light-blocks-compute-matched.sh KIND METHOD LR STEPS [SEEDS...] (e.g. mobilenet-v2 kd 2.4e-3 522). Writes
 # runs/i24/resnet/KIND-grid/compute-matched/METHOD-STEPS/seed<N>, for `benchmarks.methods --matched`. Rerun to resume.
 cd "$(dirname "$0")/../.."
 kind=$1 method=$2 lr=$3 steps=$4; shift 4 2>/dev/null || true

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Issue 24 cell (a): ResNet-34 -> 8 MobileNetV2 / ShuffleNetV2 blocks on Fashion-MNIST, every method in one run per
+# Light ResNet blocks, every method: ResNet-34 -> 8 MobileNetV2 / ShuffleNetV2 blocks on Fashion-MNIST, every method in one run per
 # (kind, seed), one thread per run. Seed 0 of MobileNetV2 trains the shared ResNet-34 predecessor (1,812 steps); every
 # other run borrows it (SOURCE_RUN=DIR borrows another run's, e.g. one made with METHODS=truncated, which trains the
 # same predecessor: it depends on the seed only). LRS="1.5e-4 3e-4 6e-4": a learning-rate grid instead, each rate's
 # runs in runs/i24/resnet/KIND-grid/lr<LR>/seed<N> (for `benchmarks.methods`); with WARMUP=0.5 also, +warmup's
 # share of the budget (warmup_fraction) in lr<LR>-warm<W>/seed<N>; TAG=direct names the setting lr<LR>-direct (e.g.
-# METHODS=truncated apart from the variant's runs at that rate). Usage: issue24-resnet-grid.sh KIND
+# METHODS=truncated apart from the variant's runs at that rate). Usage: light-blocks-grid.sh KIND
 # [SEEDS...] (KIND: mobilenet-v2 | shufflenet-v2). Rerun to resume: finished runs are kept, interrupted ones resume
 # from their checkpoint.
 cd "$(dirname "$0")/../.."

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Issue 24 cell (d), compute-matched: a method given the steps that make its wall-clock the best Theseus variant's,
+# GCN PolBlogs, every method, compute-matched: a method given the steps that make its wall-clock the best Theseus variant's,
 # STEPS = 200 x (the variant's seconds / the method's, both as ratios to plain Theseus' within the same runs:
 # `python -m benchmarks.methods` prints them), at its own chosen LR, on each seed's own predecessor
-# (--predecessor-from), so that it pairs with that seed's step-matched runs. Usage: issue24-gcn-compute-matched.sh
+# (--predecessor-from), so that it pairs with that seed's step-matched runs. Usage: gcn-polblogs-compute-matched.sh
 # METHOD LR STEPS (e.g. truncated 5e-3 396); DISTILL_ON=all for the few-labels cell. Writes
 # runs/i24/gcn[-all]/compute-matched/METHOD-STEPS/seed<N>, for `benchmarks.methods --matched`. Rerun to resume.
 cd "$(dirname "$0")/../.."

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Issue 24 cell (d): GCN PolBlogs 6 -> 2, every method in one run per (lr, seed), one run at a time on one thread;
+# GCN PolBlogs, every method at its own settings: GCN PolBlogs 6 -> 2, every method in one run per (lr, seed), one run at a time on one thread;
 # seed by seed, each over the grid (the recipe's lr 1e-2 first), so that whatever is finished is a complete grid on
-# its seeds; LRS="4e-2" adds a rate to a finished grid. DISTILL_ON=all: cell (b) on a graph, few labels (123
+# its seeds; LRS="4e-2" adds a rate to a finished grid. DISTILL_ON=all: few labels on a graph (123
 # labelled nodes) where the distilling methods match the predecessor's logits on every node, the 1,099 unlabelled
 # ones too (option distill_on), in runs/i24/gcn-all. Rerun to resume (finished runs are kept).
 cd "$(dirname "$0")/../.."
