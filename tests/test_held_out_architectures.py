@@ -1,4 +1,4 @@
-"""Issue 25: architectures the tests never saw, tried as a user would. Each is either exact (replaced, finalized,
+"""Architectures the tests never saw, tried as a user would. Each is either exact (replaced, finalized,
 saved and reloaded with the same outputs) or refused with its true cause, the model bit-identical. Tiny configs
 built in code, no weights."""
 

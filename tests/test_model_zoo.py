@@ -375,7 +375,7 @@ def cnn() -> Case:
     return Case(model, halves(model, "2"), (images(8),))
 
 
-# ------------------------------------------------ issue 25: held-out architectures, each exact or refused for cause
+# -------------------------------------------------------- held-out architectures, each exact or refused for cause
 
 
 def hf_plan_case(model: nn.Module, inputs: dict[str, Any], num_layers: int = 2, **options: Any) -> Case:

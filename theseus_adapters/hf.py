@@ -18,7 +18,7 @@ After `theseus_core.Theseus.finalize` the model is an ordinary transformers mode
 ``AutoModel*.from_pretrained`` then works without theseus, and a decoder's ``generate()`` with its KV cache gives
 the same tokens.
 
-Slim successors (issue 15): ``plan(model, heads=..., intermediate_size=...)`` prunes each successor copy to fewer
+Slim successors: ``plan(model, heads=..., intermediate_size=...)`` prunes each successor copy to fewer
 heads and a smaller FFN at the same hidden size (`theseus_adapters.slim.prune_layer_`, by weight magnitude), and
 finalize writes the new sizes into the config. The successors come from the registry: `layer_successor` is
 registered for transformers' ``GradientCheckpointingLayer`` (the base of most layers) and ``MPNetLayer``; a user's

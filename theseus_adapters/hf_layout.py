@@ -1,5 +1,5 @@
 """The layout of a transformers layer stack, for `theseus_adapters.hf`: which layers are of one kind, groups that
-keep kinds apart, and the config fields finalize keeps in step with the layers (issue 25).
+keep kinds apart, and the config fields finalize keeps in step with the layers.
 
 A layer's *kind* is its class, its parameters' names and shapes, and its entries in the per-layer config lists
 (``layer_types``). A group must hold layers of one kind: a site calls all of its layers as the model calls the

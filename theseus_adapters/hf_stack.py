@@ -26,7 +26,7 @@ _COUNT_NAMES = {
     "decoder": ("decoder_layers", "num_decoder_layers", "num_hidden_layers", "num_layers"),
     "layers": ("num_hidden_layers", "n_layer", "n_layers", "num_layers"),
 }
-# Families whose layers or encoder depend on something the layer list does not show (issue 13).
+# Families whose layers or encoder depend on something the layer list does not show.
 _REFUSED = {
     "gpt2": (
         lambda config: config.scale_attn_by_inverse_layer_idx,

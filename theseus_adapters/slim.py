@@ -1,4 +1,4 @@
-"""Slim transformers layers: fewer attention heads and a smaller FFN at the same hidden size (issue 15).
+"""Slim transformers layers: fewer attention heads and a smaller FFN at the same hidden size.
 
 `prune_layer_` cuts a layer in place, keeping the units with the largest weight-magnitude bound on what they add
 to the output; `sync_slim` then writes the new sizes into the config so that the export reloads in plain

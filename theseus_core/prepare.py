@@ -122,7 +122,7 @@ def compile_options(compile: Any) -> dict[str, Any] | None:
 
     Static shapes unless the caller says otherwise: the graph break at every site would otherwise make
     dynamo mark sizes dynamic after the first recompilation, which breaks or slows some models (timm
-    resnet26d and mobilevit, Swin; issue 10)."""
+    resnet26d and mobilevit, Swin)."""
     if compile is False:
         return None
     if not isinstance(compile, (bool, Mapping)):

@@ -16,7 +16,7 @@ registration wins, from a private registry passed to `replace_` (consulted first
 default deliberately (``register_successor(BasicBlock, replace=True)``; `SuccessorRegistry.unregister`
 undoes it). A type may also have named alternatives (``"mobilenet_v2"``) that a spec picks by name.
 
-One factory style (issue 15): a plain function ``factory(group)``, ``factory(group, model)`` or
+One factory style: a plain function ``factory(group)``, ``factory(group, model)`` or
 ``factory(group, model, *, option=...)``. The options are the spec's (`ModuleSpec.options`, filled by the
 adapters' plans: the layer to copy, the stride of a downsampling group, ...); a factory gets the ones it
 names (all of them with ``**options``), so a user's ``factory(group)`` works under any adapter's plan.

@@ -138,7 +138,7 @@ def _declares_width(layer: nn.Module) -> bool:
 
 
 def _conv_dims(layer: nn.Module, side: str = "in") -> int:
-    """How the layer lays out its features, from its weights rather than its attribute names (issue 25: timm's
+    """How the layer lays out its features, from its weights rather than its attribute names (timm's
     ``ConvNormAct`` declares ``in_channels`` like a torch-geometric layer but is a convolution): the number of
     spatial dimensions of its first (``side="in"``) or last convolution, 0 when that weight is a matrix (features
     last)."""

@@ -1,7 +1,7 @@
 """Trust by running: with example batches, `replace_` runs the model before the surgery and after it at rate 0,
 and accepts only when the runs agree exactly.
 
-Every example batch runs in training mode and in eval mode (issue 25: a model may use its layers differently in
+Every example batch runs in training mode and in eval mode (a model may use its layers differently in
 eval mode, RWKV rescales their weights there). Training-mode runs are forwards without grad from the same torch
 RNG state (the same dropout masks); at rate 0 in eval mode the sites run their predecessors. Each run is on fresh
 copies of the batch, and leaves no trace: every parameter, buffer, submodule, attribute and module mode is put

@@ -1,4 +1,4 @@
-"""Heterogeneous ResNet successors (issue 15): light blocks picked by name in `resnet.plan`, trained in place of
+"""Heterogeneous ResNet successors: light blocks picked by name in `resnet.plan`, trained in place of
 groups of BasicBlocks / Bottlenecks, finalized into an ordinary module tree that a saved config rebuilds
 without theseus."""
 

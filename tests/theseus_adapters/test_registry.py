@@ -1,4 +1,4 @@
-"""Every adapter's plan leaves the successor to the registry (issue 15): the adapters' defaults are registry
+"""Every adapter's plan leaves the successor to the registry: the adapters' defaults are registry
 entries, and a user's registration for a block type (in a private registry, or replacing the default) is what
 the plan then uses."""
 

@@ -314,7 +314,7 @@ def test_torchvision_resnets_replace_and_finalize_equivalently(bottleneck, layer
 
 def test_training_at_half_rate_then_restore_gives_back_resnet34_bit_for_bit():
     """Default options, no helper to call after model.train(): frozen batch norms, the stem's included,
-    keep their statistics (issue 10)."""
+    keep their statistics."""
     torch.manual_seed(0)
     model = randomize_batch_norms_(torchvision.models.resnet34(num_classes=NUM_CLASSES))
     before = state(model)

@@ -1,4 +1,4 @@
-"""Slim Transformer successors (issue 15): fewer heads and a smaller FFN at the same hidden size, started by
+"""Slim Transformer successors: fewer heads and a smaller FFN at the same hidden size, started by
 structured pruning of the predecessor layer, exported as plain transformers models."""
 
 import pytest

@@ -78,7 +78,7 @@ def test_restore_removes_the_compilation():
 
 def test_shapes_are_static_unless_the_caller_says_otherwise():
     """The graph break at every site would make dynamo mark sizes dynamic after a recompilation, which
-    breaks timm resnet26d and mobilevit and makes Swin take minutes (issue 10)."""
+    breaks timm resnet26d and mobilevit and makes Swin take minutes."""
     assert compile_options(True) == {"dynamic": False}
     assert compile_options({"backend": "eager"}) == {"dynamic": False, "backend": "eager"}
     assert compile_options({"dynamic": None}) == {"dynamic": None}

@@ -102,7 +102,7 @@ def test_plan_rejects_bad_groupings(kwargs, error, message):
         th.plan(ToyStack(num_blocks=4), "blocks", **kwargs)
 
 
-# ------------------------------------------------------------- adapters' defaults and users' overrides (issue 15)
+# ------------------------------------------------------------------ adapters' defaults and users' overrides
 @pytest.fixture
 def isolated_default():
     """The default registry as it was, whatever a test registers in it."""

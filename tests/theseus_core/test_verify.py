@@ -279,7 +279,7 @@ def test_a_model_under_replacement_can_be_copied_and_pickled():
         twin.eval()(torch.randn(2, 3, 8))
 
 
-# ----------------------------------------------- issue 25: both modes, several batches, the original checked first
+# -------------------------------------------------------- both modes, several batches, the original checked first
 
 
 class EvalFastPath(nn.Module):

@@ -16,7 +16,7 @@ resnet34 compressed to ``blocks=(2, 2, 2, 2)`` has exactly resnet18's
 architecture, and its state_dict loads into ``torchvision.models.resnet18()``
 with ``strict=True``.
 
-The successors come from the registry (issue 15): this module registers `block_successor` as the default for
+The successors come from the registry: this module registers `block_successor` as the default for
 torchvision's and timm's ``BasicBlock`` and ``Bottleneck``, and the light blocks of
 `theseus_adapters.resnet.successor_blocks` as the alternatives ``"mobilenet_v2"``, ``"shufflenet_v2"`` and
 ``"depthwise_separable"`` (``plan(model, blocks, successor="mobilenet_v2")``). A user's registration for these

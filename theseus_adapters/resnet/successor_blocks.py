@@ -1,6 +1,6 @@
 """Light blocks that stand in for a group of ResNet blocks, and the config that rebuilds a ResNet holding them.
 
-The paper's future work names heterogeneous successors ("ShuffleNet unit for ResBlock"; issue 15). Three kinds,
+The paper's future work names heterogeneous successors ("ShuffleNet unit for ResBlock"). Three kinds,
 each mapping ``in_channels`` to ``out_channels`` at a ``stride`` (1 or 2), as the group it replaces does:
 
 - `InvertedResidual` (``"mobilenet_v2"``, Sandler et al. 2018): 1×1 expansion, 3×3 depthwise, linear 1×1

@@ -1,6 +1,6 @@
 """The causal-LM family's recipes: SmolLM2-135M-Instruct compressed on BBC News text, offline, on two CPU cores.
 
-No predecessor phase: the predecessor is the released model. Budget (issue 13: the default recipe within 30 minutes
+No predecessor phase: the predecessor is the released model. Budget (the default recipe within 30 minutes
 on two free cores), timed on a fresh clone (install, ``theseus fetch``, one ``theseus compress``): 200 steps of
 4 × 128 tokens per model (102k tokens, a ninth of the training articles) took 7.7 minutes for Theseus, 8.0 for the
 ``truncated`` baseline and 13.7 for ``kd`` (the 30-layer teacher's forward and a soft cross-entropy over 49,152

@@ -30,7 +30,7 @@ def _recipe(name: str, dataset: str, model: str, description: str, methods: tupl
     )
 
 
-# PolBlogs runs Theseus as the variant best on dev in issue 24's grids (README, GNNs: 5 seeds, learning rates 5e-3 to
+# PolBlogs runs Theseus as the variant best on dev in its grids (docs/results/gnn.md: 5 seeds, learning rates 5e-3 to
 # 1.6e-1 and a schedule stage): blockwise warm-up, then replacing with the KD loss; against truncated fine-tuning and
 # KD, which it does not beat (not distinguishable from KD at its own best rate, behind it at this recipe's 1e-2).
 GCN_POLBLOGS = _recipe(

@@ -57,7 +57,7 @@ run's predecessor serves them all (``--predecessor-from``)."""
 # the converged recipe's predecessor and phases. Their baselines train the same light architecture (the predecessor's
 # stem and head, new blocks: `ResNetTask.truncated`) without the curriculum, and with KD; the ResNet-18-shaped models
 # of resnet-fashion-mnist-converged, trained from the same predecessor, join them in `benchmarks.successors`. Theseus
-# runs as its best variant on dev for both kinds over 5 seeds (issue 24, README "Issue 24's cell (a)"): blockwise
+# runs as its best variant on dev for both kinds over 5 seeds (docs/results/slim.md, "Every method"): blockwise
 # warm-up, then replacing with the KD loss, +2.9 points over the paper's Theseus on MobileNetV2 blocks (a tie on
 # ShuffleNetV2 units). With each method at its tuned rate it ties KD on MobileNetV2 blocks and is 0.9 behind on
 # ShuffleNetV2 units, which is why KD runs beside it (the recipes keep the converged recipe's rate, 3e-4: the tuned

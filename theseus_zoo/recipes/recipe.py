@@ -142,7 +142,7 @@ class Recipe:
         kd_weight: Adds this weight times the ``kd`` soft loss (temperature ``kd_temperature``) to the frozen
             predecessor's logits. The paper uses the task loss alone.
 
-    Methods as composable names (issue 24), overriding ``theseus`` and ``baselines`` when given:
+    Methods as composable names, overriding ``theseus`` and ``baselines`` when given:
 
     Args:
         methods: What to train, in order, by the names of `theseus_zoo.methods` (``"theseus+warmup+kd"``,
@@ -156,7 +156,7 @@ class Recipe:
             blockwise distillation; the replacing stage gets the rest, with ``steps_to_one`` scaled alike.
             (default: ``0.2``)
 
-    Few labels (issue 24's cell (b)):
+    Few labels:
 
     Args:
         labelled_examples: Only this many training examples keep their labels: a fixed sample of the training

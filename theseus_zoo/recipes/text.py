@@ -61,7 +61,7 @@ ROTTEN_TOMATOES_RECIPES = {
     for layers in (3, 2, 1)
 }
 
-# `make demo` (issue 27: the product working in minutes on a fresh clone): the five-grade 6 -> 1 cell, whose
+# `make demo` (the product working in minutes on a fresh clone): the five-grade 6 -> 1 cell, whose
 # truncation costs 7 points, at a fraction of minilm-rt-five-1l's budget: the predecessor fine-tuned 150 steps
 # (4,800 snippets, under one epoch) instead of 700, Theseus, truncated fine-tuning and KD 200 steps each instead of
 # 1,000 (p = 1 at step 100), 64 tokens a snippet instead of 128 (the median snippet has 26, a tenth more than 42),
@@ -87,7 +87,7 @@ SLIM_ROTTEN_TOMATOES_RECIPES = {
     for labels in ("five", "regression")
 }
 
-# Few labels (issue 24's cell (b), where distillation from a predecessor should pay): the regression 6 -> 2 cell with
+# Few labels (where distillation from a predecessor should pay): the regression 6 -> 2 cell with
 # only 500 or 1,000 of its 7,423 training snippets labelled (a fixed sample, `Recipe.labelled_examples`). The
 # predecessor is fine-tuned on those alone, 300 steps of 32 (about 19 or 10 epochs, the best dev state kept); the
 # compression budget is the full cell's. Methods that distil (kd, theseus+kd, theseus+warmup+kd) also see the
@@ -144,7 +144,7 @@ def _glue_recipe(task: str, train_size: int) -> Recipe:
 GLUE_RECIPES = {task: register_recipe(_glue_recipe(task, size)) for task, size in GLUE_TRAIN_SIZES.items()}
 
 
-# BinaryBERT (issue 14; Bai et al., ACL 2021) on the offline BERT: every method from one fine-tuned full-precision
+# BinaryBERT (Bai et al., ACL 2021) on the offline BERT: every method from one fine-tuned full-precision
 # predecessor, each with the same budget (200 steps of 32, then 60 in the refine phase) and the same refine phase.
 # Theseus: ternary successors (2-bit weights, 8-bit activations, attention and word embeddings quantized, same depth)
 # replace the layers against frozen full-precision neighbours with the curriculum (p = 1 at step 100), with the

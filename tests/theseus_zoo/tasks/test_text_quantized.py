@@ -1,5 +1,5 @@
 # ruff: noqa: F811 - the tests take the imported fixture tiny_model as an argument
-"""The bert family's quantized successors and the BinaryBERT recipe (issue 14), on a tiny random BERT and a csv."""
+"""The bert family's quantized successors and the BinaryBERT recipe, on a tiny random BERT and a csv."""
 
 import copy
 import csv
