@@ -4,7 +4,7 @@
 
 Reads the finished runs ``<runs>/lr<SETTING>/seed<N>/report.json``, or ``<runs>/seed<N>/report.json`` at the
 recipe's rate (each one `theseus compress --methods ...` run: every method it names on one seed's predecessor, data
-order and test examples; `benchmarks/configs/light-blocks-*.sh` and `gcn-polblogs-*.sh` make them). A setting is a learning rate (``lr1e-2``),
+order and test examples; `benchmarks/configs/*-grid.sh` make them). A setting is a learning rate (``lr1e-2``),
 or one with a point of the replacing schedule (``lr1e-2-b0.1-one50``: base rate b and ``steps_to_one``), whose runs
 may train the Theseus variants alone. For each method it picks, among the settings it was run at, the one with the
 best mean dev metric over the seeds that every setting has (the best dev state of the method's last stage, what the

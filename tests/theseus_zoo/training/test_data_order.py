@@ -1,5 +1,5 @@
-"""`theseus_zoo.training.data_order`: each step's examples, and few labels
-(`Recipe.labelled_examples`): every stage trains on labelled examples, and only label-free loss terms ever see the unlabelled ones."""
+"""`theseus_zoo.training.data_order`: each step's examples, and few labels (`Recipe.labelled_examples`):
+every stage trains on labelled examples, and only label-free loss terms ever see the unlabelled ones."""
 
 import json
 from collections import defaultdict
