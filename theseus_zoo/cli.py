@@ -11,7 +11,9 @@
     theseus export --onnx RUN_DIR [--out DIR]
 
 Bad input ends with one line on stderr that says what to do (exit status 2),
-before any training. Ctrl-C keeps the last checkpoint: ``--resume`` continues.
+before any training; so does a missing optional dependency, naming the extra
+that brings it (``pip install -e '.[zoo]'``). Ctrl-C keeps the last checkpoint:
+``--resume`` continues.
 
 ``compress`` also runs as several processes, one per CPU share or GPU::
 
@@ -24,14 +26,21 @@ Rank 0 prints the report (and an error every rank met, once); ``sweep`` and
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import importlib.metadata
 import os
+import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from .data.assets import ASSETS
 from .data.assets import fetch as fetch_asset
 from .methods import METHODS, split_methods
-from .recipes import Recipe, get_recipe, list_recipes, load_overrides
+from .recipes import Phase, Recipe, get_recipe, list_recipes, load_overrides
+
+DISTRIBUTION = "theseus-compression"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -85,19 +94,52 @@ def _recipe(args: argparse.Namespace) -> Recipe:
         overrides["steps_to_one"] = args.steps_to_one
     if getattr(args, "methods", None) is not None:  # compress only
         overrides["methods"] = split_methods(args.methods)
-    return get_recipe(args.recipe).with_overrides(overrides)
+    recipe = get_recipe(args.recipe)
+    try:
+        return recipe.with_overrides(overrides)
+    except ValueError as error:
+        raise ValueError(_inherited(recipe, overrides, error)) from None
+
+
+def _inherited(recipe: Recipe, overrides: Mapping[str, Any], error: ValueError) -> str:
+    """The message of an override that fails on a setting the user did not give: a phase's field kept from the
+    recipe's phase when the config changed others (shorter ``steps`` under the recipe's ``warmup_steps``), or
+    ``steps_to_one`` kept when ``replacing.steps`` shrank. It names the setting, the recipe and phase it came from
+    and what to set; any other error is left as it was."""
+    message = str(error)
+    for phase in ("predecessor", "replacing", "refine"):
+        given, current = overrides.get(phase), getattr(recipe, phase)
+        if not isinstance(given, Mapping) or not isinstance(current, Phase):
+            continue
+        for field in dataclasses.fields(Phase):
+            if field.name not in given and message.startswith(f"Phase.{field.name} "):
+                value = getattr(current, field.name)
+                return (
+                    f"{phase}.{field.name}{message.removeprefix(f'Phase.{field.name}')}: {value!r} is recipe "
+                    f"{recipe.name}'s {phase}.{field.name}, kept when your config set {phase}."
+                    f"{', '.join(given)}; set {phase}.{field.name} too"
+                )
+    replacing = overrides.get("replacing")
+    if message.startswith("steps_to_one ") and "steps_to_one" not in overrides and isinstance(replacing, Mapping):
+        return (
+            f"{message}: {recipe.steps_to_one} is recipe {recipe.name}'s steps_to_one, kept when your config set "
+            f"replacing.{', '.join(replacing)}; set steps_to_one too (or --steps-to-one)"
+        )
+    return message
 
 
 def _settings(args: argparse.Namespace) -> None:
     """``--threads`` and ``--no-progress``, set before any work (and before transformers or datasets draw a bar)."""
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads must be an integer >= 1, got {args.threads}")
-    if args.no_progress:
+    if args.no_progress:  # environment variables only: a run that needs no transformers imports none
         os.environ["TQDM_DISABLE"] = "1"  # every tqdm bar: transformers' loading, datasets' maps
         os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] = "1"
-        from transformers.utils import logging
+        os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"  # transformers' own switch starts from this one
+        if "transformers" in sys.modules:  # imported already (main called in-process): its switch is set
+            from transformers.utils import logging
 
-        logging.disable_progress_bar()
+            logging.disable_progress_bar()
     if args.threads is not None:
         import torch
 
@@ -129,11 +171,50 @@ def _own_data(recipe: Recipe, overrides_description: bool) -> Recipe:
         print(f"theseus: your data: {description}", flush=True)  # rows dropped for a missing label counted there
         if inference is not None:
             print(f"theseus: {inference}", flush=True)
-    return recipe.with_overrides({"description": f"Recipe {recipe.name} on the user's data. {description}"})
+    dataset = recipe.options.get("dataset")  # the report's title: the user's file, not the recipe it borrowed
+    title = {"name": Path(str(dataset)).name} if dataset is not None else {}
+    return recipe.with_overrides({**title, "description": f"Recipe {recipe.name} on the user's data. {description}"})
+
+
+def _extras(module: str) -> list[str]:
+    """The extras of this distribution that install ``module`` (its top-level name), read from the installed
+    metadata (pyproject's ``optional-dependencies``), ``dev`` last; none when the distribution is not installed."""
+    try:
+        requirements = importlib.metadata.requires(DISTRIBUTION) or []
+    except importlib.metadata.PackageNotFoundError:
+        return []
+    wanted = re.sub(r"[-_.]+", "-", module).lower()
+    extras = []
+    for requirement in requirements:
+        name = re.match(r"[A-Za-z0-9._-]+", requirement)
+        extra = re.search(r"extra\s*==\s*['\"]([^'\"]+)['\"]", requirement)
+        if name and extra and re.sub(r"[-_.]+", "-", name.group()).lower() == wanted:
+            extras.append(extra.group(1))
+    return sorted(dict.fromkeys(extras), key=lambda extra: extra == "dev")
+
+
+def _missing(error: ModuleNotFoundError, family: str | None) -> str | None:
+    """One line for a missing optional dependency: the extra to install, all of the family's when the run's
+    family needs it (`theseus_zoo.tasks.FAMILY_EXTRAS`); ``None`` for a module no extra brings (a bug: its traceback
+    is worth more than a line)."""
+    module = (error.name or "").partition(".")[0]
+    extras = _extras(module)
+    if not extras:
+        return None
+    from .tasks import FAMILY_EXTRAS
+
+    needed = FAMILY_EXTRAS.get(family or "", ())
+    if set(needed) & set(extras):
+        named = f"the {needed[0]} extra" if len(needed) == 1 else f"the extras {', '.join(needed)}"
+        what, extras = f"the {family} family needs {named}", list(needed)
+    else:
+        what, extras = f"it comes with the {extras[0]} extra", extras[:1]
+    return f"{module} is not installed; {what}: pip install -e '.[{','.join(extras)}]' in the clone"
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    family = None  # the run's, once its recipe is known: what a missing module's message names
     try:
         if args.command == "recipes":
             recipes = list_recipes(args.pattern)
@@ -163,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         _settings(args)
         recipe = _recipe(args)
+        family = recipe.family
         recipe = _own_data(recipe, bool(args.config) and "description" in load_overrides(args.config))
         if args.command in ("sweep", "analyze") and int(os.environ.get("WORLD_SIZE", "1")) > 1:
             raise ValueError(
@@ -214,6 +296,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"theseus: error: {message}", file=sys.stderr, flush=True)
         if getattr(error, "on_every_rank", False):
             _leave_together()  # rank 0's line is out before the launcher sees a rank exit
+        return 2
+    except ModuleNotFoundError as error:
+        message = _missing(error, family)
+        if message is None:
+            raise
+        print(f"theseus: error: {message}", file=sys.stderr, flush=True)
         return 2
     except KeyboardInterrupt:
         print("\ntheseus: interrupted; the last checkpoint is kept: rerun with --resume", file=sys.stderr)

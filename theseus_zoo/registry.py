@@ -2,8 +2,9 @@
 (`theseus_zoo.tasks`), after timm's ``_registry.py``.
 
 A `Registry` maps names to entries. Registering a name twice raises `KeyError` (timm only warns; a silent
-overwrite hides bugs); looking up an unknown name raises `ValueError` listing the known ones; ``names(pattern)`` and
-``list(pattern)`` take a glob. Entries come from four places, each read only when a lookup needs it:
+overwrite hides bugs); looking up an unknown name raises `ValueError` that names the closest known ones
+(`unknown_name`); ``names(pattern)`` and ``list(pattern)`` take a glob. Entries come from four places, each read
+only when a lookup needs it:
 
 - `Registry.register`, by the code that defines the entry;
 - ``modules``: a built-in catalogue of modules that register their entries when imported (the recipe modules);
@@ -17,6 +18,7 @@ It imports nothing but the standard library, so ``theseus recipes`` lists the ca
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import importlib
 import importlib.metadata
@@ -24,6 +26,29 @@ from collections.abc import Iterable, Mapping
 from typing import Generic, Literal, TypeVar
 
 T = TypeVar("T")
+
+LISTED = 5
+"""A catalogue of at most this many names is listed whole in the message for an unknown name."""
+
+
+def unknown_name(kind: str, name: str, known: Iterable[str], where: str = "known") -> str:
+    """The one-line message for an unknown ``name`` of a ``kind``: up to three close matches ("did you mean": the
+    closest by `difflib`, then the names that contain ``name``), then
+    the known names when there are at most `LISTED` of them or ``where`` is ``"known"``, else ``where`` alone (a
+    hint such as ``"`theseus recipes` lists them"``).
+
+    >>> unknown_name("recipe", "toyy", ["toy", "minilm-rt-five-2l"])
+    "unknown recipe 'toyy' (did you mean toy?); known: toy, minilm-rt-five-2l"
+    """
+    known = list(known)
+    containing = [candidate for candidate in known if name and name in candidate]  # "smollm": the name's start
+    close = list(dict.fromkeys(difflib.get_close_matches(name, known, n=3, cutoff=0.6) + containing))[:3]
+    message = f"unknown {kind} {name!r}"
+    if close:
+        message += f" (did you mean {', '.join(close[:-1]) + ' or ' if len(close) > 1 else ''}{close[-1]}?)"
+    if len(known) <= LISTED or where == "known":
+        return f"{message}; {where}: {', '.join(known)}"
+    return f"{message}; {where}"
 
 
 class Registry(Generic[T]):
@@ -38,7 +63,8 @@ class Registry(Generic[T]):
         modules: Built-in modules that register their entries when imported, on the first lookup. (default: none)
         built_in: Built-in entries as ``name -> "module:attribute"``, imported when first asked for; a name given
             here cannot be registered. (default: none)
-        where: How the message for an unknown name introduces the known ones. (default: ``"known"``)
+        where: How the message for an unknown name introduces the known ones, or, for a catalogue longer than
+            `LISTED`, the hint that replaces them (`unknown_name`). (default: ``"known"``)
     """
 
     def __init__(
@@ -77,7 +103,7 @@ class Registry(Generic[T]):
         """The entry named ``name``, importing what it comes from the first time.
 
         Raises:
-            ValueError: no entry has that name; the message lists the known ones.
+            ValueError: no entry has that name; the message names up to three close ones (`unknown_name`).
         """
         self._discover()
         if name in self._entries:
@@ -88,7 +114,7 @@ class Registry(Generic[T]):
         else:
             found = self._named_entry_points(name)
             if not found:
-                raise ValueError(f"unknown {self.kind} {name!r}; {self._where}: {', '.join(self.names())}")
+                raise ValueError(unknown_name(self.kind, name, self.names(), self._where))
             entry = next(iter(found)).load()
         self._entries[name] = entry
         return entry

@@ -2,7 +2,7 @@
 
 import pytest
 
-from theseus_zoo.registry import Registry
+from theseus_zoo.registry import Registry, unknown_name
 from theseus_zoo.tasks import FAMILIES
 
 
@@ -35,3 +35,13 @@ def test_a_built_in_reference_is_imported_when_first_asked_for_and_cannot_be_reg
 
 def test_the_families_are_listed_without_importing_them():
     assert {"toy", "bert", "resnet", "gnn", "causal_lm"} <= set(FAMILIES.names())
+
+
+def test_an_unknown_name_gets_up_to_three_close_names_and_a_long_catalogue_a_hint_only():
+    known = [f"minilm-rt-{labels}-{layers}l" for labels in ("binary", "five", "regression") for layers in (1, 2, 3)]
+    message = unknown_name("recipe", "minilm-rt-five", known, "`theseus recipes` lists them")
+    assert message == (
+        "unknown recipe 'minilm-rt-five' (did you mean minilm-rt-five-3l, minilm-rt-five-2l or minilm-rt-five-1l?); "
+        "`theseus recipes` lists them"
+    )
+    assert unknown_name("widget", "b", ["a", "bb"]) == "unknown widget 'b' (did you mean bb?); known: a, bb"

@@ -26,6 +26,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from theseus_zoo.registry import unknown_name
+
 
 @dataclass(frozen=True)
 class Asset:
@@ -246,5 +248,5 @@ def _deb_data_tar(data: bytes, archive_name: str) -> tuple[bytes, str]:
 
 def _lookup(name: str) -> Asset:
     if name not in ASSETS:
-        raise KeyError(f"unknown asset {name!r}; known: {', '.join(ASSETS)}")
+        raise KeyError(unknown_name("asset", name, ASSETS, "`theseus assets` lists them"))
     return ASSETS[name]

@@ -103,6 +103,16 @@ BUILT_IN_FAMILIES = {
 }
 """Family name -> ``module:builder``, imported when a run first needs the family (each imports its model library)."""
 
+FAMILY_EXTRAS = {
+    "toy": ("zoo",),
+    "bert": ("zoo", "bert", "text"),
+    "resnet": ("zoo", "vision"),
+    "gnn": ("zoo", "gnn"),
+    "causal_lm": ("zoo", "llm", "text"),
+}
+"""The pip extras (``pip install -e '.[zoo,bert,text]'``) a built-in family's runs need: what `theseus compress`
+names when a module is missing, and the recipe table of the documentation."""
+
 ENTRY_POINT_GROUP = "theseus_zoo.families"
 """Other packages add families as entry points in this group: ``name = "package.module:builder"``."""
 

@@ -255,6 +255,7 @@ def test_own_data_from_excel_trains_and_its_export_and_report_carry_the_class_na
     assert exported.config.id2label == {0: "negative", 1: "positive"}
     assert exported.config.label2id == {"negative": 0, "positive": 1}
     report = (tmp_path / "run" / "report.md").read_text()
+    assert report.startswith("# Compression report: reviews.csv\n")  # titled by the user's file, not the recipe
     assert "Rotten Tomatoes" not in report
     assert (
         "Recipe minilm-rotten-tomatoes on the user's data. reviews.csv: 60 rows, text column 'review', 2 classes in "
