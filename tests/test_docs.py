@@ -1,0 +1,103 @@
+"""The README and every page of docs/ run as written: each page's python blocks in order in one process (after the
+quick start when a block continues it), each block standing alone or saying in its first line what it continues,
+the README's quick start the same as the docs', and the command page's CLI block pasting in order (no two runs
+into one ``--out``)."""
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+PAGES = [README, *sorted(DOCS.rglob("*.md"))]
+CONTINUES = "# Continues "
+QUICK_START = "# Continues the quick start"
+
+
+def python_blocks(page: Path) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```", page.read_text(), re.DOTALL | re.MULTILINE)
+
+
+def name(page: Path) -> str:
+    return page.relative_to(ROOT).as_posix()
+
+
+def run(code: str, cwd: Path) -> subprocess.CompletedProcess:
+    script = cwd / "page.py"
+    script.write_text(code)
+    environment = {**os.environ, "PYTHONPATH": str(ROOT)}  # this checkout, whatever is installed
+    return subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=cwd, env=environment
+    )
+
+
+RUNNABLE = [page for page in PAGES if python_blocks(page)]
+AFTER = {  # what a page's run must have shown, beyond running
+    "README.md": "\nassert len(compact.blocks) == 3 and compact.blocks[0].inner.width == 32\n",
+    "docs/getting-started.md": "\nassert len(compact.blocks) == 3 and compact.blocks[0].inner.width == 32\n",
+    "docs/guides/training-loops.md": "\nimport pathlib\nassert pathlib.Path('runs/hf-trainer/compact/config.json').exists()\n",
+}
+
+
+def test_the_readme_and_the_docs_have_one_quick_start():
+    (readme_quick_start,) = python_blocks(README)  # the README shows the quick start alone
+    assert python_blocks(DOCS / "getting-started.md")[0] == readme_quick_start
+
+
+@pytest.mark.parametrize("page", RUNNABLE, ids=name)
+def test_every_python_block_of_a_page_runs_in_order(page, tmp_path):
+    """All of a page's blocks in one process, as a reader pasting the page top to bottom would, after the quick start
+    when one of them continues it (tiny models only: the Lightning and Trainer examples train 20-30 steps)."""
+    blocks = python_blocks(page)
+    prefix = [python_blocks(README)[0]] if any(block.startswith(QUICK_START) for block in blocks) else []
+    code = "\n".join(prefix + blocks) + AFTER.get(name(page), "")
+    result = run(code, tmp_path)
+    assert result.returncode == 0, f"{name(page)}:\n{result.stderr[-3000:]}"
+    if name(page) in ("README.md", "docs/getting-started.md"):
+        assert "'blocks[0:3]': 3 × Block" in result.stdout  # the handle's repr, as the quick start prints it
+
+
+def test_each_block_stands_alone_or_says_what_it_continues(tmp_path):
+    """A block that does not begin with ``# Continues`` runs alone: each in a namespace of its own, one process. A
+    block that continues "the block(s) above" is not its page's first."""
+    alone = []
+    for page in RUNNABLE:
+        blocks = python_blocks(page)
+        assert not blocks[0].startswith(CONTINUES) or blocks[0].startswith(QUICK_START), name(page)
+        alone += [(name(page), block) for block in blocks if not block.startswith(CONTINUES)]
+    assert len(alone) >= 4  # the quick start twice, the API's import, the Trainer example
+    runner = "\n".join(
+        f"exec(compile({block!r}, '{page}, block {index}', 'exec'), {{'__name__': '__main__'}})"
+        for index, (page, block) in enumerate(alone)
+    )
+    result = run(runner + "\n", tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_the_cli_block_pastes_in_order():
+    """Every ``theseus compress`` of the command page's first block (but ``--resume``) writes to an ``--out`` of its
+    own."""
+    text = (DOCS / "command.md").read_text()
+    block = re.search(r"```bash\n(.*?)```", text, re.DOTALL).group(1)
+    outs = []
+    for line in block.splitlines():
+        words = shlex.split(line.split("  #")[0])
+        if "compress" not in words or "--resume" in words:
+            continue
+        recipe = words[words.index("--recipe") + 1]
+        outs.append(words[words.index("--out") + 1] if "--out" in words else f"runs/{recipe}")
+    assert len(outs) >= 5 and len(set(outs)) == len(outs), outs
+    assert "overrides.json" not in block or "> overrides.json" in block  # written before it is read
+
+
+def test_no_page_speaks_of_issues_or_cells():
+    """The product says what things are; the history is git's."""
+    pattern = re.compile(r"issue ?#?[0-9]|cell \([a-e]\)", re.IGNORECASE)
+    for page in PAGES:
+        assert not pattern.search(page.read_text()), name(page)
