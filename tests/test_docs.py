@@ -41,7 +41,7 @@ RUNNABLE = [page for page in PAGES if python_blocks(page)]
 AFTER = {  # what a page's run must have shown, beyond running
     "README.md": "\nassert len(compact.blocks) == 3 and compact.blocks[0].inner.width == 32\n",
     "docs/getting-started.md": "\nassert len(compact.blocks) == 3 and compact.blocks[0].inner.width == 32\n",
-    "docs/guides/training-loops.md": "\nimport pathlib\nassert pathlib.Path('runs/hf-trainer/compact/config.json').exists()\n",
+    "docs/guides/training-loops.md": "\nimport os\nassert os.path.isfile('runs/hf-trainer/compact/config.json')\n",
 }
 
 
