@@ -1,7 +1,7 @@
 """theseus_core on the world's models: tiny configs from transformers, torchvision, timm, torch-geometric and
 plain PyTorch (no weights, no hub). Each model either works (rate 0 exact, eval equal to the finalized model,
 the whole `assert_replacement_equivalence` contract) or is refused by `replace_` with a clear message and
-left untouched. The README's architecture table lists the same cases."""
+left untouched. The architecture table of the docs (docs/architectures.md) lists the same cases."""
 
 from __future__ import annotations
 

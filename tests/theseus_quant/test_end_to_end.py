@@ -74,7 +74,7 @@ def test_teacher_to_ternary_to_binary(tmp_path):
     assert second[-1] < second[0], f"stage 2 did not learn: {second}"
 
     # TWS: the binary model starts exactly where the ternary one is. In float64, so that no activation
-    # sits within rounding of a quantization boundary (in float32 one can move by a step: see the README).
+    # sits within rounding of a quantization boundary (in float32 one can move by a step: see docs/guides/quantized.md).
     ternary = copy.deepcopy(student).double().eval()
     batch_ids = {key: value for key, value in batch.items()}
     with torch.no_grad():

@@ -4,7 +4,7 @@
   copies of your model (yours is never touched).
 - Toy models with ``example_inputs()``: `ToyStack` and `ToyConvNet` (torch only).
 - Hypothesis strategies: `toy_stacks`, `groupings`, `replacement_cases`; these,
-  and only these, need ``hypothesis`` (``pip install 'theseus-compression[testing]'``),
+  and only these, need ``hypothesis`` (``pip install -e '.[testing]'`` in the clone),
   which is imported when one of them is first used.
 """
 

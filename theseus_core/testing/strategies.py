@@ -1,6 +1,6 @@
 """Hypothesis strategies over toy models: `toy_stacks`, `groupings`, `replacement_cases`.
 
-Requires ``hypothesis`` (``pip install 'theseus-compression[testing]'``).
+Requires ``hypothesis`` (``pip install -e '.[testing]'`` in the clone).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ try:
     from hypothesis import strategies as st
 except ImportError as error:  # pragma: no cover - depends on the environment
     raise ImportError(
-        "theseus_core.testing's strategies need hypothesis: pip install 'theseus-compression[testing]'"
+        "theseus_core.testing's strategies need hypothesis: pip install -e '.[testing]' in the clone"
     ) from error
 
 from ..planning import copy_module

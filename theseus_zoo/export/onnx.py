@@ -20,7 +20,7 @@ exported (an op with no ONNX form, Python control flow on tensor values) is refu
 - ``gnn``: inputs ``x`` ``[nodes, features]`` and ``edge_index`` ``[2, edges]``, output ``logits`` per node.
 - ``causal_lm`` refuses (decoders deploy through llama.cpp: ``make bench-deploy``); ``toy`` has no ONNX form.
 
-Needs the ``onnx`` extra: ``pip install 'theseus-compression[onnx]'`` (onnx, onnxscript, onnxruntime).
+Needs the ``onnx`` extra: ``pip install -e '.[onnx]'`` in the clone (onnx, onnxscript, onnxruntime).
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def require_onnx() -> None:
     """Raises `ExportRefusedError` naming the extra to install when onnx, onnxscript or onnxruntime is missing."""
     missing = [name for name in ("onnx", "onnxscript", "onnxruntime") if importlib.util.find_spec(name) is None]
     if missing:
-        raise ExportRefusedError(f"ONNX export needs {', '.join(missing)}: pip install 'theseus-compression[onnx]'")
+        raise ExportRefusedError(f"ONNX export needs {', '.join(missing)}: pip install -e '.[onnx]' in the clone")
 
 
 @contextlib.contextmanager
