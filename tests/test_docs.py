@@ -3,6 +3,7 @@ quick start when a block continues it), each block standing alone or saying in i
 the README's quick start the same as the docs', and the command page's CLI block pasting in order (no two runs
 into one ``--out``)."""
 
+import importlib.util
 import os
 import re
 import shlex
@@ -11,6 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from theseus_zoo.recipes import list_recipes
+from theseus_zoo.tasks import FAMILY_EXTRAS
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -101,3 +105,15 @@ def test_no_page_speaks_of_issues_or_cells():
     pattern = re.compile(r"issue ?#?[0-9]|cell \([a-e]\)", re.IGNORECASE)
     for page in PAGES:
         assert not pattern.search(page.read_text()), name(page)
+
+
+def test_the_recipe_table_lists_every_recipe_with_its_extras():
+    """The table docs/recipes.md shows is built from the registry by the site's hook (``make docs`` runs it)."""
+    spec = importlib.util.spec_from_file_location("generated", DOCS / "hooks" / "generated.py")
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    page = hook.on_page_markdown((DOCS / "recipes.md").read_text())
+    assert hook.RECIPE_TABLE in (DOCS / "recipes.md").read_text() and hook.RECIPE_TABLE not in page
+    for recipe in list_recipes():
+        extras = ",".join(FAMILY_EXTRAS[recipe.family])
+        assert f"| `{recipe.name}` | `{recipe.family}` | `[{extras}]` |" in page, recipe.name
