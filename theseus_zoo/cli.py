@@ -111,6 +111,12 @@ def _inherited(recipe: Recipe, overrides: Mapping[str, Any], error: ValueError) 
         given, current = overrides.get(phase), getattr(recipe, phase)
         if not isinstance(given, Mapping) or not isinstance(current, Phase):
             continue
+        try:  # the phase alone: is it the one that fails?
+            Phase(**{**dataclasses.asdict(current), **given})
+        except (TypeError, ValueError):
+            pass
+        else:
+            continue
         for field in dataclasses.fields(Phase):
             if field.name not in given and message.startswith(f"Phase.{field.name} "):
                 value = getattr(current, field.name)
@@ -119,6 +125,7 @@ def _inherited(recipe: Recipe, overrides: Mapping[str, Any], error: ValueError) 
                     f"{recipe.name}'s {phase}.{field.name}, kept when your config set {phase}."
                     f"{', '.join(given)}; set {phase}.{field.name} too"
                 )
+        return message  # a value the config gave: the message says it as it is
     replacing = overrides.get("replacing")
     if message.startswith("steps_to_one ") and "steps_to_one" not in overrides and isinstance(replacing, Mapping):
         return (

@@ -137,6 +137,10 @@ def test_an_unknown_recipe_or_asset_gets_at_most_three_names(capsys, argv, messa
             {"predecessor": {"steps": 40, "warmup_steps": 50}},
             "theseus: error: Phase.warmup_steps must be an integer in [0, steps=40], got 50\n",
         ),
+        (  # the other phase shortened, this one given a bad value: nothing is blamed on the shortened one
+            {"predecessor": {"steps": 700}, "replacing": {"lr": float("inf")}},
+            "theseus: error: Phase.lr must be a finite number > 0, got inf\n",
+        ),
     ],
 )
 def test_a_setting_kept_from_the_recipe_is_named_with_its_phase(tmp_path, capsys, overrides, message):
