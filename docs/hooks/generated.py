@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from mkdocs.structure.files import File, Files
@@ -18,6 +19,8 @@ RECIPE_TABLE = "<!-- recipe-table -->"
 
 
 def recipe_table() -> str:
+    if str(ROOT) not in sys.path:  # the checkout being documented, whatever is installed (mkdocs resets sys.path)
+        sys.path.insert(0, str(ROOT))
     from theseus_zoo.recipes import list_recipes
     from theseus_zoo.tasks import FAMILY_EXTRAS
 
