@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         registered_successor,
     )
     from .schedule import AntiCurriculumSchedule, ConstantSchedule, LinearSchedule
+    from .search import CandidateLibrary, keep_specs, skip_specs, solve
     from .site import PredecessorChain, Projected, ReplacementSite, primary_output, split_primary
     from .spec import ModuleSpec, Plan
     from .verify import VerificationError
@@ -42,6 +43,7 @@ _MODULES = {
         "registered_successor",
     ),
     "schedule": ("AntiCurriculumSchedule", "ConstantSchedule", "LinearSchedule"),
+    "search": ("CandidateLibrary", "keep_specs", "skip_specs", "solve"),
     "site": ("PredecessorChain", "Projected", "ReplacementSite", "primary_output", "split_primary"),
     "spec": ("ModuleSpec", "Plan"),
     "verify": ("VerificationError",),
@@ -51,6 +53,7 @@ _HOMES = {name: module for module, names in _MODULES.items() for name in names}
 __all__ = [
     "DEFAULT_REGISTRY",
     "AntiCurriculumSchedule",
+    "CandidateLibrary",
     "ConstantSchedule",
     "LinearSchedule",
     "ModuleSpec",
@@ -65,12 +68,15 @@ __all__ = [
     "copy_module",
     "even_group_sizes",
     "group_sizes_for",
+    "keep_specs",
     "list_successors",
     "plan",
     "primary_output",
     "register_successor",
     "registered_successor",
     "replace_",
+    "skip_specs",
+    "solve",
     "split_primary",
 ]
 

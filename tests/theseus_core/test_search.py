@@ -1,0 +1,176 @@
+"""theseus_core.search: candidates per group, blockwise distillation, scores, measured costs, an exact solver."""
+
+import copy
+import itertools
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+import theseus_core as th
+from theseus_core.search import KEEP, CandidateLibrary, keep_specs, skip_specs, solve
+from theseus_core.testing import ToyStack
+from theseus_core.testing.toys import ToyBlock
+
+pytest.importorskip("scipy")
+
+GROUPS = ["blocks[0:2]", "blocks[2:4]", "blocks[4:6]"]
+
+
+def forward(model, batch):
+    return model(batch)
+
+
+def narrow(group):
+    return ToyBlock(8, hidden=8, dropout=0.0)
+
+
+@pytest.fixture
+def setup():
+    torch.manual_seed(0)
+    model = ToyStack(in_features=8, width=16, num_blocks=6, num_classes=3, dropout=0.0).eval()
+    plan = [th.ModuleSpec(path) for path in GROUPS]
+    candidates = {
+        KEEP: keep_specs(plan),
+        "skip": skip_specs(plan),
+        "one": [th.ModuleSpec(path, successor=th.copy_module(0)) for path in GROUPS],
+        "narrow": [th.ModuleSpec(path, successor=narrow, in_proj="linear", out_proj="linear") for path in GROUPS],
+    }
+    batches = [torch.randn(32, 8, generator=torch.Generator().manual_seed(seed)) for seed in range(3)]
+    library = CandidateLibrary(model, candidates, example_inputs=[(batches[0],)])
+    return model, library, batches
+
+
+def brute_force(scores, costs, limit):
+    best, best_value = None, -float("inf")
+    for picked in itertools.product(*(range(len(row)) for row in scores)):
+        cost = sum(row[index] for row, index in zip(costs, picked, strict=True))
+        value = sum(row[index] for row, index in zip(scores, picked, strict=True))
+        if cost <= limit + 1e-9 and value > best_value + 1e-12:
+            best, best_value = list(picked), value
+    return best, best_value
+
+
+@st.composite
+def instances(draw):
+    groups = draw(st.integers(1, 8))
+    rows = [draw(st.integers(1, 4)) for _ in range(groups)]
+    number = st.integers(0, 100).map(float)
+    scores = [[-draw(number) for _ in range(size)] for size in rows]
+    costs = [[draw(number) + 1 for _ in range(size)] for size in rows]
+    limit = draw(st.floats(min(map(min, costs)) * groups * 0.5, sum(map(max, costs)) + 1))
+    return scores, costs, limit
+
+
+@settings(max_examples=60, deadline=None)
+@given(instances())
+def test_the_solver_finds_what_brute_force_finds_within_the_limit(instance):
+    scores, costs, limit = instance
+    expected, value = brute_force(scores, costs, limit)
+    if expected is None:
+        with pytest.raises(ValueError, match="no choice"):
+            solve(scores, costs, limit)
+        return
+    picked = solve(scores, costs, limit)
+    assert sum(row[i] for row, i in zip(costs, picked, strict=True)) <= limit + 1e-6
+    assert sum(row[i] for row, i in zip(scores, picked, strict=True)) == pytest.approx(value)
+
+
+def test_a_planted_wrong_solver_fails_the_brute_force_check():
+    scores, costs = [[0.0, -1.0], [0.0, -1.0]], [[10.0, 1.0], [10.0, 1.0]]
+    greedy = [0, 1]  # the best score first, until the limit bites: 11 > 2 breaks the limit
+    assert brute_force(scores, costs, 2.0)[0] == solve(scores, costs, 2.0) == [1, 1] != greedy
+
+
+def test_distillation_moves_only_candidate_parameters_and_lowers_their_error(setup):
+    model, library, batches = setup
+    before = copy.deepcopy(model.state_dict())
+    reference = copy.deepcopy(library.reference.state_dict())
+    keep = {
+        key: [p.detach().clone() for p in m.parameters()] for key, m in library.successors.items() if key[1] == KEEP
+    }
+    candidates = {id(p) for p in library.trainable()}
+    snapshot = {id(p): p.detach().clone() for p in library.trainable()}
+    losses = library.distill_(batches, forward, steps=30, lr=3e-3)
+    assert losses[-1] < losses[0]
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in before.items())  # the user's model is only read
+    assert all(torch.equal(library.reference.state_dict()[k], v) for k, v in reference.items())
+    for key, params in keep.items():
+        assert all(torch.equal(p, q) for p, q in zip(library.successors[key].parameters(), params, strict=True))
+    moved = {id(p) for p in library.trainable() if not torch.equal(p, snapshot[id(p)])}
+    assert moved and moved <= candidates
+
+
+def test_each_score_runs_its_candidate_with_every_other_group_original(setup):
+    _, library, batches = setup
+    calls = []
+    for path in GROUPS:
+        site = library._reference.sites[library._site_of[path]]
+        site.predecessor.register_forward_hook(lambda *args, path=path: calls.append(("original", path)))
+    for key, successor in library.successors.items():
+        if key[1] != KEEP:
+            successor.register_forward_hook(lambda *args, key=key: calls.append(("candidate", key[0])))
+    library.scores(batches[:1], forward)
+    references = len(GROUPS)  # the reference pass: every group original
+    runs = [calls[i : i + len(GROUPS)] for i in range(references, len(calls), len(GROUPS))]
+    assert calls[:references] == [("original", path) for path in GROUPS]
+    assert len(runs) == len([key for key in library.successors if key[1] != KEEP])
+    for run in runs:
+        (candidate,) = [path for kind, path in run if kind == "candidate"]
+        assert sorted(path for kind, path in run if kind == "original") == sorted(set(GROUPS) - {candidate})
+
+
+def test_keep_scores_zero_and_a_candidate_that_equals_its_group_too(setup):
+    _, library, batches = setup
+    scores = library.scores(batches, forward)
+    assert all(scores[(path, KEEP)] == 0.0 for path in GROUPS)
+    assert all(value <= 1e-9 for value in scores.values())
+    assert scores[(GROUPS[0], "skip")] < 0  # a group that does something is missed
+
+
+def test_the_choice_respects_the_budget_and_assembles_a_plan_replace_verifies(setup):
+    model, library, batches = setup
+    library.distill_(batches, forward, steps=20, lr=3e-3)
+    scores = library.scores(batches, forward)
+    costs = library.costs(batches[0], forward, rounds=3)
+    per_key, rest = costs
+    choice = library.choose(scores, costs, budget=0.7, kind="params")
+    total = rest.params + sum(per_key[(path, KEEP)].params for path in GROUPS)
+    used = rest.params + sum(per_key[(path, name)].params for path, name in choice.chosen.items())
+    assert used <= 0.7 * total and choice.predicted_ratio == pytest.approx(used / total)
+    assert set(choice.chosen) == set(GROUPS) and KEEP not in choice.chosen.values()
+    compressed = copy.deepcopy(model)
+    theseus = th.replace_(compressed, library.plan(choice), example_inputs=[(batches[0],)])  # verified at rate 0
+    theseus.eval_route = "successor"
+    with torch.no_grad():
+        assembled = compressed.eval()(batches[0])
+    # the assembled model at rate 1 runs the distilled candidates as the library scored them, all together
+    for path, name in choice.chosen.items():
+        site = theseus.sites[GROUPS.index(path)]
+        distilled = library.successors[(path, name)]
+        assert all(torch.equal(p, q) for p, q in zip(site.successor.parameters(), distilled.parameters(), strict=True))
+    assert torch.isfinite(assembled).all()
+
+
+def test_a_budget_out_of_range_or_below_the_cheapest_choice_is_refused_in_one_line(setup):
+    _, library, batches = setup
+    scores, costs = library.scores(batches[:1], forward), library.costs(batches[0], forward, rounds=1)
+    for bad in (0, 1, 1.5, -0.2, "half"):
+        with pytest.raises(ValueError, match=r"in \(0, 1\)"):
+            library.choose(scores, costs, budget=bad)
+    with pytest.raises(ValueError, match="below what the cheapest candidates reach") as refused:
+        library.choose(scores, costs, budget=0.01, kind="params")
+    assert "\n" not in str(refused.value)
+
+
+def test_a_candidate_replace_refuses_is_left_out_of_its_group_and_said_so():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 8), nn.Linear(8, 2)).eval()
+    groups = ["[0:2]", "[2:3]"]
+    library = CandidateLibrary(
+        model, {"skip": skip_specs([th.ModuleSpec(path) for path in groups])}, example_inputs=[(torch.randn(3, 4),)]
+    )
+    assert library.names("[2:3]") == [KEEP, "skip"]  # 8 -> 8: the identity fits
+    assert library.names("[0:2]") == [KEEP] and ("[0:2]", "skip") in library.refused  # 4 -> 8: it does not

@@ -1,0 +1,349 @@
+"""A successor per group, chosen under a budget: Puzzle's four stages (Bercovich et al., ICML 2025) for any model.
+
+1. **Candidates**: for each group of a plan, named alternatives, each a `ModuleSpec` on the group's path (``keep``:
+   the group's own layers, ``skip``: the identity, or any registered or hand-made successor). `CandidateLibrary`
+   builds every one of them through `replace_` (verified at rate 0 like any replacement; one that `replace_`
+   refuses is left out of its group, and said so in `CandidateLibrary.refused`).
+2. **Blockwise local distillation** (`CandidateLibrary.distill_`): the predecessor runs once per batch, its groups'
+   real inputs and outputs recorded, and every candidate of every group learns to map the one to the other (MSE),
+   all in one pass; the predecessor never changes.
+3. **Scores** (`CandidateLibrary.scores`): each candidate in the otherwise original predecessor, on held-out
+   batches: minus the soft loss of its outputs against the predecessor's (KL, or MSE for a regression head:
+   `theseus_core.distillation.prediction_loss`); ``keep`` scores 0.
+   **Costs** (`CandidateLibrary.costs`): measured, not guessed: each candidate's latency on its group's real input
+   (interleaved rounds, the median), its parameters; the rest of the model (outside the groups) is measured once.
+4. **An exact solver** (`solve`): one candidate per group maximising the summed score under a limit on the summed
+   cost, as a mixed-integer program (``scipy.optimize.milp``); `CandidateLibrary.choose` turns a budget (a
+   fraction of the predecessor's cost) into that limit and refuses, in one line, a budget outside (0, 1) or one
+   that even the cheapest choice exceeds.
+
+`CandidateLibrary.plan` gives the chosen candidates as a `Plan` whose successors start from their distilled
+weights: ``replace_(model, plan)`` then trains them like any successors (the global stage).
+
+Example::
+
+    library = CandidateLibrary(model, {"keep": keep_specs(plan), "mine": plan}, example_inputs=[(x,)])
+    library.distill_(batches, steps=200, lr=1e-3)
+    choice = library.choose(library.scores(held_out, forward), library.costs(held_out[0]), budget=0.5)
+    theseus = replace_(model, library.plan(choice))
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .distillation import prediction_loss
+from .engine import Theseus, replace_
+from .site import primary_output, split_primary
+from .spec import ModuleSpec, Plan
+
+Forward = Callable[[nn.Module, Any], torch.Tensor]
+"""``forward(model, batch) -> logits``: how the model is run on a batch (a family's ``Task.logits``)."""
+
+KEEP = "keep"
+
+
+def keep_specs(plan: Sequence[ModuleSpec]) -> list[ModuleSpec]:
+    """For each group of ``plan``, the ``keep`` candidate: a copy of the group's own layers, in order."""
+    return [ModuleSpec(spec.path, successor=_copy_group) for spec in plan]
+
+
+def skip_specs(plan: Sequence[ModuleSpec]) -> list[ModuleSpec]:
+    """For each group of ``plan``, the ``skip`` candidate: the identity (refused where the group changes shapes)."""
+    return [ModuleSpec(spec.path, successor=_identity) for spec in plan]
+
+
+def _copy_group(group: list[nn.Module]) -> nn.Module:
+    return copy.deepcopy(group[0]) if len(group) == 1 else nn.Sequential(*copy.deepcopy(group))
+
+
+def _identity(group: list[nn.Module]) -> nn.Module:
+    return nn.Identity()
+
+
+@dataclass(frozen=True)
+class Cost:
+    """A candidate's measured cost: median ``latency`` in seconds on its group's input, and ``params``."""
+
+    latency: float
+    params: int
+
+    def of(self, kind: str) -> float:
+        if kind not in ("latency", "params"):
+            raise ValueError(f"a budget is on 'latency' or 'params', got {kind!r}")
+        return float(getattr(self, kind))
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What `CandidateLibrary.choose` picked: a candidate name per group path, the budget, the limit it set on the
+    groups' summed cost, and the predicted cost of the whole model as a fraction of the predecessor's."""
+
+    chosen: dict[str, str]
+    kind: str
+    budget: float
+    limit: float
+    predicted_ratio: float
+    score: float
+
+
+class CandidateLibrary:
+    """Every candidate of every group, built beside a frozen reference copy of the model (module doc).
+
+    Args:
+        model: The predecessor; only read (every candidate lives in a copy of its own).
+        candidates: Name -> specs, one per group the candidate exists for; a group is a path, and its candidates
+            are the specs on that path. ``keep`` is added for every group when not given.
+        example_inputs: Passed to `replace_`, which runs each candidate at rate 0 on them and refuses a wrong one.
+        example_kwargs: Likewise. (default: none)
+        on_finalize: The plan hook `plan` hands on (the family's, e.g. a config's layer count). (default: none)
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        candidates: Mapping[str, Sequence[ModuleSpec]],
+        *,
+        example_inputs: Any = None,
+        example_kwargs: Mapping[str, Any] | None = None,
+        on_finalize: Callable[[nn.Module], None] | None = None,
+    ) -> None:
+        if not candidates:
+            raise ValueError("a candidate library needs at least one candidate per group")
+        paths = list(dict.fromkeys(spec.path for specs in candidates.values() for spec in specs))
+        columns = {KEEP: keep_specs([ModuleSpec(path) for path in paths]), **candidates}
+        self.paths, self.on_finalize = paths, on_finalize
+        options = {"example_inputs": example_inputs, "example_kwargs": example_kwargs}
+        self.reference = copy.deepcopy(model).eval()
+        self._reference = replace_(self.reference, columns[KEEP], eval_route="predecessor", **options)
+        self._site_of = {site.path: index for index, site in enumerate(self._reference.sites)}
+        missing = [path for path in paths if path not in self._site_of]
+        if missing:
+            raise ValueError(f"keep must cover every group; it has none for {missing}")
+        self.successors: dict[tuple[str, str], nn.Module] = {}
+        self.specs: dict[tuple[str, str], ModuleSpec] = {}
+        self.refused: dict[tuple[str, str], str] = {}
+        self._handles: list[Theseus] = [self._reference]
+        for name, specs in columns.items():
+            for spec in specs:
+                if name == KEEP:
+                    site = self._reference.sites[self._site_of[spec.path]]
+                    self.successors[(spec.path, name)], self.specs[(spec.path, name)] = site.successor, spec
+                    continue
+                try:  # alone in a copy of its own, so that one refusal costs one candidate
+                    handle = replace_(copy.deepcopy(model), [spec], **options)
+                except (ValueError, TypeError, RuntimeError) as error:
+                    self.refused[(spec.path, name)] = str(error).splitlines()[0]
+                    continue
+                self._handles.append(handle)
+                self.successors[(spec.path, name)], self.specs[(spec.path, name)] = handle.sites[0].successor, spec
+
+    def names(self, path: str) -> list[str]:
+        """The candidates of group ``path``, in the order they were given (``keep`` first when added)."""
+        return [name for (group, name) in self.successors if group == path]
+
+    def trainable(self) -> list[nn.Parameter]:
+        """The parameters `distill_` trains: every candidate's but ``keep``'s (an exact copy of its group)."""
+        return [p for (path, name), module in self.successors.items() if name != KEEP for p in module.parameters()]
+
+    # ------------------------------------------------------------------------------------------------ 2. BLD
+    def record(self, batch: Any, forward: Forward) -> tuple[torch.Tensor, dict[str, tuple[tuple, dict, Any]]]:
+        """One forward of the reference (every group original, eval mode, no gradient): its logits and each group's
+        call (positional and keyword arguments) and output."""
+        calls: dict[str, tuple[tuple, dict, Any]] = {}
+        handles = [
+            site.register_forward_hook(
+                lambda module, args, kwargs, output, path=site.path: calls.__setitem__(path, (args, kwargs, output)),
+                with_kwargs=True,
+            )
+            for site in self._reference.sites
+        ]
+        try:
+            with torch.no_grad():
+                logits = forward(self.reference, batch)
+        finally:
+            for handle in handles:
+                handle.remove()
+        return logits, calls
+
+    def _run(self, key: tuple[str, str], call: tuple[tuple, dict, Any]) -> torch.Tensor:
+        successor = self.successors[key]
+        args, kwargs, _ = call
+        primary, rest, named = split_primary(args, kwargs, successor.primary_name, f"the group at {key[0]}")
+        return primary_output(successor(primary, *rest, **named))
+
+    def distill_(
+        self, batches: Sequence[Any], forward: Forward, *, steps: int, lr: float = 1e-3, weight_decay: float = 0.0
+    ) -> list[float]:
+        """Blockwise local distillation of every candidate at once (module doc): ``steps`` AdamW steps over
+        ``batches`` in turn; returns the summed loss of each step. Only candidate parameters move."""
+        if not isinstance(steps, int) or steps < 1 or not batches:
+            raise ValueError(f"distill_ needs steps >= 1 and batches, got steps={steps!r}, {len(batches)} batches")
+        trained = self.trainable()
+        if not trained:
+            return []
+        optimizer = torch.optim.AdamW(trained, lr=lr, weight_decay=weight_decay)
+        keys = [key for key in self.successors if key[1] != KEEP]
+        losses = []
+        for step in range(steps):
+            _, calls = self.record(batches[step % len(batches)], forward)
+            for key in keys:
+                self.successors[key].train()
+            terms = [F.mse_loss(self._run(key, calls[key[0]]), primary_output(calls[key[0]][2])) for key in keys]
+            loss = torch.stack(terms).sum()
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            losses.append(float(loss.detach()))
+        for key in keys:
+            self.successors[key].eval()
+        return losses
+
+    # ------------------------------------------------------------------------------------------------ 3. scores
+    def scores(self, batches: Sequence[Any], forward: Forward) -> dict[tuple[str, str], float]:
+        """Each candidate alone in the otherwise original reference, in eval mode: minus its mean soft loss against
+        the reference's own logits over ``batches`` (0 is the best: the group's own output)."""
+        references = [self.record(batch, forward)[0] for batch in batches]
+        scores: dict[tuple[str, str], float] = {}
+        self.reference.eval()
+        for key, successor in self.successors.items():
+            if key[1] == KEEP:
+                scores[key] = 0.0
+                continue
+            site = self._reference.sites[self._site_of[key[0]]]
+            original = site.predecessor
+            site.predecessor = successor.eval()  # the site's predecessor branch runs the candidate
+            try:
+                with torch.no_grad():
+                    losses = [
+                        float(prediction_loss(forward(self.reference, batch), reference))
+                        for batch, reference in zip(batches, references, strict=True)
+                    ]
+            finally:
+                site.predecessor = original
+            scores[key] = -statistics.mean(losses)
+        return scores
+
+    def costs(self, batch: Any, forward: Forward, *, rounds: int = 7) -> tuple[dict[tuple[str, str], Cost], Cost]:
+        """Each candidate's measured cost on its group's real input from ``batch`` (eval mode, no gradient; rounds
+        interleaved across candidates, the first dropped, the median kept), and the cost of the model outside the
+        groups: the reference's latency minus its groups' (``keep``), its parameters outside them."""
+        _, calls = self.record(batch, forward)
+        timings: dict[tuple[str, str], list[float]] = {key: [] for key in self.successors}
+        whole: list[float] = []
+        with torch.no_grad():
+            for round_index in range(rounds + 1):
+                for key in self.successors:
+                    started = time.perf_counter()
+                    self._run(key, calls[key[0]])
+                    if round_index:
+                        timings[key].append(time.perf_counter() - started)
+                started = time.perf_counter()
+                forward(self.reference, batch)
+                if round_index:
+                    whole.append(time.perf_counter() - started)
+        costs = {
+            key: Cost(statistics.median(values), sum(p.numel() for p in self.successors[key].parameters()))
+            for key, values in timings.items()
+        }
+        groups = [costs[(path, KEEP)] for path in self.paths]
+        inside = {id(p) for site in self._reference.sites for p in site.predecessor.parameters()}
+        outside = sum(p.numel() for p in self.reference.parameters() if id(p) not in inside)
+        rest = Cost(max(0.0, statistics.median(whole) - sum(cost.latency for cost in groups)), outside)
+        return costs, rest
+
+    # ------------------------------------------------------------------------------------------------ 4. choose
+    def choose(
+        self,
+        scores: Mapping[tuple[str, str], float],
+        costs: tuple[Mapping[tuple[str, str], Cost], Cost],
+        budget: float,
+        kind: str = "latency",
+    ) -> Choice:
+        """The candidates maximising the summed score with the whole model's cost within ``budget`` times the
+        predecessor's (`solve`). Raises `ValueError` in one line for a budget outside (0, 1) or one that even the
+        cheapest candidates exceed."""
+        if not (isinstance(budget, (int, float)) and 0 < budget < 1):
+            raise ValueError(f"a budget is a fraction of the predecessor's {kind} in (0, 1), got {budget!r}")
+        per_key, rest = costs
+        total = rest.of(kind) + sum(per_key[(path, KEEP)].of(kind) for path in self.paths)
+        limit = budget * total - rest.of(kind)
+        names = [self.names(path) for path in self.paths]
+        table = [
+            [per_key[(path, name)].of(kind) for name in group] for path, group in zip(self.paths, names, strict=True)
+        ]
+        cheapest = rest.of(kind) + sum(min(row) for row in table)
+        if cheapest > budget * total:
+            raise ValueError(
+                f"a {kind} budget of {budget:g} is below what the cheapest candidates reach "
+                f"({cheapest / total:.3f} of the predecessor's): raise it, or add cheaper candidates"
+            )
+        values = [[scores[(path, name)] for name in group] for path, group in zip(self.paths, names, strict=True)]
+        picked = solve(values, table, limit)
+        chosen = {path: group[index] for path, group, index in zip(self.paths, names, picked, strict=True)}
+        used = sum(row[index] for row, index in zip(table, picked, strict=True))
+        score = sum(row[index] for row, index in zip(values, picked, strict=True))
+        return Choice(chosen, kind, float(budget), limit, (rest.of(kind) + used) / total, score)
+
+    def plan(self, choice: Choice | Mapping[str, str]) -> Plan:
+        """The chosen candidates as a `Plan` for `replace_`: each successor (and its projections) a copy of the
+        candidate as distilled, the library's ``on_finalize`` hook kept."""
+        chosen = choice.chosen if isinstance(choice, Choice) else dict(choice)
+        unknown = [path for path in chosen if path not in self.paths]
+        if unknown or set(chosen) != set(self.paths):
+            raise ValueError(f"a choice names one candidate for each group {self.paths}, got {sorted(chosen)}")
+        specs = []
+        for path in self.paths:
+            key = (path, chosen[path])
+            if key not in self.successors:
+                raise ValueError(f"group {path} has no candidate {chosen[path]!r}; it has {self.names(path)}")
+            successor = self.successors[key]
+            specs.append(
+                ModuleSpec(
+                    path,
+                    successor=lambda group, inner=successor.inner: copy.deepcopy(inner),
+                    in_proj=None if successor.in_proj is None else copy.deepcopy(successor.in_proj),
+                    out_proj=None if successor.out_proj is None else copy.deepcopy(successor.out_proj),
+                )
+            )
+        return Plan(specs, on_finalize=self.on_finalize)
+
+
+def solve(scores: Sequence[Sequence[float]], costs: Sequence[Sequence[float]], limit: float) -> list[int]:
+    """One index per row maximising the summed ``scores`` with the summed ``costs`` at most ``limit``: an exact
+    mixed-integer program (``scipy.optimize.milp``, HiGHS). Rows may differ in length. Raises `ValueError` when no
+    choice fits, and `ImportError` naming the extra without scipy."""
+    if len(scores) != len(costs) or any(len(s) != len(c) or not s for s, c in zip(scores, costs, strict=True)):
+        raise ValueError("scores and costs need one non-empty row per group, of equal lengths")
+    try:
+        import numpy as np
+        from scipy.optimize import Bounds, LinearConstraint, milp
+    except ImportError:  # pragma: no cover - the search extra brings it
+        raise ImportError("the budget search needs scipy: pip install 'theseus-compression[search]'") from None
+    sizes = [len(row) for row in scores]
+    count = sum(sizes)
+    objective = -np.concatenate([np.asarray(row, dtype=float) for row in scores])  # milp minimises
+    one_each = np.zeros((len(sizes), count))
+    start = 0
+    for row, size in enumerate(sizes):
+        one_each[row, start : start + size] = 1
+        start += size
+    weights = np.concatenate([np.asarray(row, dtype=float) for row in costs])[None, :]
+    constraints = [LinearConstraint(one_each, 1, 1), LinearConstraint(weights, -np.inf, limit)]
+    result = milp(objective, constraints=constraints, integrality=np.ones(count), bounds=Bounds(0, 1))
+    if result.x is None:
+        raise ValueError(f"no choice of one candidate per group keeps the summed cost within {limit:g}")
+    picked, start = [], 0
+    for size in sizes:
+        picked.append(int(np.argmax(result.x[start : start + size])))
+        start += size
+    return picked
