@@ -44,9 +44,11 @@ Example::
 
 The package by job: `planning` (`plan`, `stage_names`), `successors` (`block_successor` and the light successors,
 registered on import), `narrowing` (`block_widths` and the in-place narrowing behind ``width``), `successor_blocks`
-(the light successor architectures and the config that rebuilds a ResNet holding them, torch and torchvision only).
+(the light successor architectures and the config that rebuilds a ResNet holding them, torch and torchvision only),
+`candidates` (what a budget search may put in place of each group: `candidates`, `flatten_stages`).
 """
 
+from .candidates import candidates, flatten_stages
 from .narrowing import block_widths
 from .planning import INITS, BlocksPerStage, plan, stage_names
 from .successors import LIGHT_SUCCESSORS, BlockSuccessor, block_successor
@@ -58,6 +60,8 @@ __all__ = [
     "BlocksPerStage",
     "block_successor",
     "block_widths",
+    "candidates",
+    "flatten_stages",
     "plan",
     "stage_names",
 ]
