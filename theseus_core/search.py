@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .distillation import prediction_loss
-from .engine import Theseus, replace_
+from .engine import replace_
 from .site import primary_output, split_primary
 from .spec import ModuleSpec, Plan
 
@@ -132,20 +132,25 @@ class CandidateLibrary:
         self.successors: dict[tuple[str, str], nn.Module] = {}
         self.specs: dict[tuple[str, str], ModuleSpec] = {}
         self.refused: dict[tuple[str, str], str] = {}
-        self._handles: list[Theseus] = [self._reference]
+        for spec in columns[KEEP]:
+            site = self._reference.sites[self._site_of[spec.path]]
+            self.successors[(spec.path, KEEP)], self.specs[(spec.path, KEEP)] = site.successor, spec
         for name, specs in columns.items():
-            for spec in specs:
-                if name == KEEP:
-                    site = self._reference.sites[self._site_of[spec.path]]
-                    self.successors[(spec.path, name)], self.specs[(spec.path, name)] = site.successor, spec
-                    continue
-                try:  # alone in a copy of its own, so that one refusal costs one candidate
-                    handle = replace_(copy.deepcopy(model), [spec], **options)
-                except (ValueError, TypeError, RuntimeError) as error:
-                    self.refused[(spec.path, name)] = str(error).splitlines()[0]
-                    continue
-                self._handles.append(handle)
-                self.successors[(spec.path, name)], self.specs[(spec.path, name)] = handle.sites[0].successor, spec
+            if name == KEEP:
+                continue
+            try:  # the whole column in one copy of the model; only its successors are kept, the copy goes
+                handle = replace_(copy.deepcopy(model), list(specs), **options)
+                by_path = {site.path: site.successor for site in handle.sites}
+                built = [(spec, by_path[spec.path]) for spec in specs]
+            except (ValueError, TypeError, RuntimeError):
+                built = []
+                for spec in specs:  # one at a time, so that one refusal costs one candidate
+                    try:
+                        built.append((spec, replace_(copy.deepcopy(model), [spec], **options).sites[0].successor))
+                    except (ValueError, TypeError, RuntimeError) as error:
+                        self.refused[(spec.path, name)] = str(error).splitlines()[0]
+            for spec, successor in built:
+                self.successors[(spec.path, name)], self.specs[(spec.path, name)] = successor, spec
 
     def names(self, path: str) -> list[str]:
         """The candidates of group ``path``, in the order they were given (``keep`` first when added)."""
@@ -256,7 +261,7 @@ class CandidateLibrary:
             for key, values in timings.items()
         }
         groups = [costs[(path, KEEP)] for path in self.paths]
-        inside = {id(p) for site in self._reference.sites for p in site.predecessor.parameters()}
+        inside = {id(p) for site in self._reference.sites for p in site.parameters()}  # groups and keep copies
         outside = sum(p.numel() for p in self.reference.parameters() if id(p) not in inside)
         rest = Cost(max(0.0, statistics.median(whole) - sum(cost.latency for cost in groups)), outside)
         return costs, rest

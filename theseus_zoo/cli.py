@@ -76,6 +76,11 @@ def _parser() -> argparse.ArgumentParser:
         help="what to train, comma-separated, in place of the recipe's: names from `theseus methods`, modifiers "
         "after theseus, arguments in parentheses (e.g. theseus+warmup+kd,kd(alpha=0.7),truncated)",
     )
+    compress.add_argument(
+        "--budget",
+        help="search a successor per group so that the model costs at most this fraction of the predecessor's "
+        "measured latency or parameters: latency=0.5 or params=0.3 (optional ,steps=N of blockwise distillation)",
+    )
     sweep.add_argument("--grid", action="append", default=[], help="FIELD=V1,V2,... (repeatable; FIELD may be dotted)")
     sweep.add_argument("--paper-grid", action="store_true", help="BERT-of-Theseus' grid: lr, basic rate b, steps to 1")
     analyze.add_argument("--analysis", required=True, choices=("sensitivity", "schedules", "budget"))
@@ -94,6 +99,8 @@ def _recipe(args: argparse.Namespace) -> Recipe:
         overrides["steps_to_one"] = args.steps_to_one
     if getattr(args, "methods", None) is not None:  # compress only
         overrides["methods"] = split_methods(args.methods)
+    if getattr(args, "budget", None) is not None:
+        overrides["budget"] = parse_budget(args.budget)
     recipe = get_recipe(args.recipe)
     try:
         return recipe.with_overrides(overrides)
@@ -133,6 +140,21 @@ def _inherited(recipe: Recipe, overrides: Mapping[str, Any], error: ValueError) 
             f"replacing.{', '.join(replacing)}; set steps_to_one too (or --steps-to-one)"
         )
     return message
+
+
+def parse_budget(text: str) -> dict[str, float]:
+    """``"latency=0.5,steps=200"`` -> ``{"latency": 0.5, "steps": 200}`` (checked by the recipe)."""
+    budget: dict[str, float] = {}
+    for item in filter(None, text.split(",")):
+        key, equals, value = item.partition("=")
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+        if not equals or number is None:
+            raise ValueError(f"--budget takes kind=fraction, e.g. latency=0.5 or params=0.3, got {item!r}")
+        budget[key.strip()] = int(number) if key.strip() == "steps" and number.is_integer() else number
+    return budget
 
 
 def _settings(args: argparse.Namespace) -> None:

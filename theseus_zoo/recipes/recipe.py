@@ -192,6 +192,7 @@ class Recipe:
     methods: tuple[str, ...] | None = None
     warmup_fraction: float = 0.2
     labelled_examples: int | None = None
+    budget: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.options, Mapping):
@@ -200,6 +201,8 @@ class Recipe:
             raise ValueError(f"baselines must be a list of names from {', '.join(BASELINES)}, got {self.baselines!r}")
         object.__setattr__(self, "options", dict(self.options))
         object.__setattr__(self, "baselines", tuple(self.baselines))
+        if isinstance(self.budget, Mapping):
+            object.__setattr__(self, "budget", dict(self.budget))
         if self.methods is not None:
             if (
                 isinstance(self.methods, (str, bytes))
@@ -229,6 +232,8 @@ class Recipe:
             self.for_method(name)
         if not self.method_names():
             raise ValueError("theseus is false and there are no baselines: nothing to train after the predecessor")
+        if self.budget is not None and not any(parse_method(n).base == "theseus" for n in self.method_names()):
+            raise ValueError("a budget chooses the successors of Theseus, and this run trains no Theseus variant")
         trained = [parse_method(name).base for name in self.method_names()]
         if "direct" in trained and self.refine is None:
             raise ValueError(
@@ -304,6 +309,8 @@ class Recipe:
         unknown = [name for name in self.baselines if name not in BASELINES]
         if unknown:
             raise ValueError(f"unknown baselines {unknown}; available: {', '.join(BASELINES)}")
+        if self.budget is not None:
+            check_budget(self.budget)
         if self.refine is not None and not isinstance(self.refine, Phase):
             raise ValueError(f"refine must be null or an object of Phase fields, got {self.refine!r}")
 
@@ -363,6 +370,32 @@ class Recipe:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+BUDGET_KINDS = ("latency", "params")
+"""What a budget limits: measured latency, or parameters, each as a fraction of the predecessor's."""
+
+
+def check_budget(budget: Any) -> None:
+    """Raises `ValueError` in one line unless ``budget`` is ``{kind: fraction in (0, 1)}`` for one of
+    `BUDGET_KINDS`, with optional ``steps`` (an integer >= 1) and ``lr`` (> 0)."""
+    if not isinstance(budget, Mapping):
+        raise ValueError(f"budget must be an object like {{'latency': 0.5}}, got {budget!r}")
+    if "macs" in budget:
+        raise ValueError("a macs budget is not measured yet: give latency= or params=")
+    unknown = sorted(set(budget) - {*BUDGET_KINDS, "steps", "lr"})
+    if unknown:
+        raise ValueError(f"budget: unknown field {unknown[0]!r}; it takes latency or params, steps, lr")
+    kinds = [kind for kind in BUDGET_KINDS if kind in budget]
+    if len(kinds) != 1:
+        raise ValueError(f"a budget names one of latency= or params=, got {dict(budget)}")
+    fraction = budget[kinds[0]]
+    if not (is_finite_number(fraction) and 0 < fraction < 1):
+        raise ValueError(f"a budget is a fraction of the predecessor's {kinds[0]} in (0, 1), got {fraction!r}")
+    if "steps" in budget and not (is_int(budget["steps"]) and budget["steps"] >= 1):
+        raise ValueError(f"budget steps must be an integer >= 1, got {budget['steps']!r}")
+    if "lr" in budget and not (is_finite_number(budget["lr"]) and budget["lr"] > 0):
+        raise ValueError(f"budget lr must be a number > 0, got {budget['lr']!r}")
 
 
 def with_defaults(recipe: Mapping[str, Any]) -> dict[str, Any]:

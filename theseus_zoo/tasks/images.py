@@ -244,6 +244,11 @@ class ResNetTask(ScoresAccuracy):
     def plan(self, model: nn.Module) -> th.Plan:
         return resnet.plan(model, tuple(self.blocks), init=self.init, successor=self.successor)
 
+    def candidates(self, model: nn.Module) -> tuple[dict[str, list[th.ModuleSpec]], Any]:
+        """`OffersCandidates`: per group of the plan, ``keep``, ``skip``, ``basic`` and the light blocks
+        (`theseus_adapters.resnet.candidates`); a choice finalizes into an ordinary ResNet (`flatten_stages`)."""
+        return resnet.candidates(model, tuple(self.blocks)), resnet.flatten_stages
+
     def truncated(self, predecessor: nn.Module) -> nn.Module:
         """A copy of the predecessor keeping the first ``blocks[i]`` blocks of stage ``i``: the successor's
         architecture as `resnet.plan` with ``init="first"`` initialises it (stem, head and the stages' bottom
@@ -314,12 +319,11 @@ class ResNetTask(ScoresAccuracy):
         """What ``config.json`` holds: the torchvision constructor (or block and layers) and the inputs; for
         heterogeneous successors also ``light_blocks``, the config that rebuilds the model without theseus."""
         layers = [len(getattr(model, name)) for name in resnet.stage_names(model)]
-        light = {}
-        if self.successor is not None:
-            from theseus_adapters.resnet import successor_blocks
+        from theseus_adapters.resnet import successor_blocks
 
-            if any(isinstance(module, tuple(successor_blocks.BLOCKS.values())) for module in model.modules()):
-                light = {"light_blocks": successor_blocks.export_config(model)}
+        light = {}  # heterogeneous successors (a light-block recipe's, or a budget search's choice)
+        if any(isinstance(module, tuple(successor_blocks.BLOCKS.values())) for module in model.modules()):
+            light = {"light_blocks": successor_blocks.export_config(model)}
         return {
             **light,
             "constructor": constructor_name(self.successor_block, layers),

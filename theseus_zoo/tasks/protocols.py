@@ -90,6 +90,15 @@ class ExportsOnnx(Protocol):
 
 
 @runtime_checkable
+class OffersCandidates(Protocol):
+    """What a budget search (`Recipe.budget`, `theseus_core.search`) may put in place of each group of the family's
+    plan: name -> one `theseus_core.ModuleSpec` per group the candidate exists for (``keep`` and ``skip`` among
+    them where they fit), and the hook that finalizes any choice into the family's ordinary model (or ``None``)."""
+
+    def candidates(self, model: nn.Module) -> tuple[dict[str, list[Any]], Any]: ...
+
+
+@runtime_checkable
 class DescribesData(Protocol):
     """What a run on the user's own data read and inferred, printed before it trains and kept in its report."""
 

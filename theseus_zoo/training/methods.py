@@ -95,12 +95,14 @@ class Trainee:
 
 @dataclass
 class Context:
-    """What every method needs: the family's task, the recipe, the fine-tuned predecessor and the device."""
+    """What every method needs: the family's task, the recipe, the fine-tuned predecessor and the device; ``plan``:
+    the plan Theseus replaces with instead of the family's (a budget search's choice; ``None``: `Task.plan`)."""
 
     task: Task
     recipe: Recipe
     predecessor: nn.Module
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    plan: th.Plan | None = None
 
     def fresh_predecessor(self) -> nn.Module:
         """The model as it was before the predecessor phase (the ``pretrained`` baseline's start)."""
@@ -240,7 +242,8 @@ class Theseus(Method):
         options = dict(task.replace_options) if isinstance(task, ReplaceOptions) else {}
         if isinstance(task, ExampleInputs):  # replace_ runs them at rate 0 and refuses a wrong surgery
             options["example_inputs"], options["example_kwargs"] = to_device(task.example_inputs(), context.device)
-        theseus = th.replace_(model, task.plan(model), seed=recipe.seed, **options)
+        plan = task.plan(model) if context.plan is None else context.plan
+        theseus = th.replace_(model, plan, seed=recipe.seed, **options)
         replacing, steps_to_one, stages = recipe.replacing, recipe.steps_to_one, []
         if "warmup" in self.flags:
             warmup, replacing, steps_to_one = split_budget(recipe)

@@ -62,6 +62,25 @@ def paired_comparisons(task: Task, report: Report | dict[str, Any]) -> dict[str,
     }
 
 
+def search_lines(search: dict[str, Any]) -> str:
+    """report.md's account of a budget search: the budget, the choice per group, the predicted and measured cost."""
+    ((kind, fraction),) = search["budget"].items()
+    measured = search.get("measured_latency_ratio")
+    lines = [
+        f"\nTheseus' successors were searched under a {kind} budget of {fraction:g} of the predecessor's "
+        f"({search['steps']} steps of blockwise distillation for every candidate): predicted {kind} ratio "
+        f"{search['predicted_ratio']:.3f}, parameters ratio {search['params_ratio']:.3f}"
+        + (f", measured latency ratio of the exported model {measured:.3f}." if measured is not None else "."),
+        "",
+        "| group | chosen | score | latency (ms) | parameters |",
+        "|---|---|---|---|---|",
+    ]
+    for path, name in search["chosen"].items():
+        entry = search["candidates"][path][name]
+        lines.append(f"| {path} | {name} | {entry['score']:.4f} | {entry['latency'] * 1e3:.2f} | {entry['params']:,} |")
+    return "\n".join(lines)
+
+
 def markdown_report(report: Report | dict[str, Any]) -> str:
     """``report.md``: the models' table, standard errors, a verdict per comparison, size and speed of the export."""
     report = report if isinstance(report, Report) else Report.from_dict(report)
@@ -96,6 +115,8 @@ def markdown_report(report: Report | dict[str, Any]) -> str:
             f"- Theseus is {verdict} {name}: {difference:+.4f} (95% paired bootstrap interval [{low:+.4f}, "
             f"{high:+.4f}])."
         )
+    if report.search is not None:
+        lines.append(search_lines(report.search))
     if "theseus" in models:
         size = models["theseus"].size_on_disk_bytes
         predecessor_size = models["predecessor"].size_on_disk_bytes
@@ -168,6 +189,10 @@ def write_report(session: Session, models: dict[str, nn.Module], compact: nn.Mod
             report.comparisons = paired_comparisons(task, report)
     report.speedup = _speedup(task, models["predecessor"], compact, session.accelerator.device)
     report.phases = {name: record.summary() for name, record in session.state.done.items()}
+    if session.state.search is not None and "theseus" in report.models:  # what the searched model costs, measured
+        parameters = report.models["theseus"].parameters / report.models["predecessor"].parameters
+        measured = 1 / report.speedup if compact is models["theseus"] and report.speedup else None
+        report.search = {**session.state.search, "params_ratio": parameters, "measured_latency_ratio": measured}
     report.save(out / REPORT)
     (out / "report.md").write_text(markdown_report(report))
     plot_curves(out / "metrics.jsonl", out / "curves.png", task.metric)

@@ -59,7 +59,7 @@ class Report:
     ``"theseus"`` and ``"baseline:<name>"``), the measured speedup of the exported successor and each phase's record
     (``best_metric``, ``seconds``, ...). Tasks that score per-example predictions add the test labels and Theseus'
     paired comparisons (model name -> ``{"difference", "low", "high"}``); a recipe with a ``refine`` phase adds
-    what refined the models."""
+    what refined the models, one with a ``budget`` its search (`theseus_zoo.training.search`)."""
 
     recipe: dict[str, Any]
     metric: str
@@ -69,11 +69,12 @@ class Report:
     refinement: Any = None
     test_labels: list[float] | None = None
     comparisons: dict[str, dict[str, float]] | None = None
+    search: dict[str, Any] | None = None
     version: int = REPORT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
     """Fields this layout does not know, kept so that a save writes them back."""
 
-    _KNOWN = ("recipe", "metric", "models", "refinement", "test_labels", "comparisons", "speedup", "phases")
+    _KNOWN = ("recipe", "metric", "models", "refinement", "test_labels", "comparisons", "search", "speedup", "phases")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Report:
@@ -93,6 +94,7 @@ class Report:
             refinement=data.get("refinement"),
             test_labels=data.get("test_labels"),
             comparisons=data.get("comparisons"),
+            search=data.get("search"),
             version=version,
             extra={k: v for k, v in data.items() if k not in (*cls._KNOWN, "version")},
         )
@@ -107,7 +109,7 @@ class Report:
         }
         if self.refinement is not None or self.recipe.get("refine") is not None:  # null when nothing refined
             data["refinement"] = self.refinement
-        optional = {"test_labels": self.test_labels, "comparisons": self.comparisons}
+        optional = {"test_labels": self.test_labels, "comparisons": self.comparisons, "search": self.search}
         data |= {name: value for name, value in optional.items() if value is not None}
         return data | {"speedup": self.speedup, "phases": self.phases} | self.extra
 

@@ -39,6 +39,7 @@ from .methods import Context, Method, Objective, Stage, methods_of, refine_stage
 from .optimization import predecessor_parameters
 from .report import write_report
 from .run_directory import RunError
+from .search import BudgetSearch
 from .session import Session
 
 
@@ -83,6 +84,13 @@ class Run:
                 method.check(self.task, recipe.for_method(method.full_name), predecessor)
             except ValueError as error:  # every rank finds it alike: one line, the ranks leave together
                 raise RunError(str(error), on_every_rank=session.processes > 1, quiet=not self.main) from None
+        search = None if recipe.budget is None else BudgetSearch(self.task, recipe, session.accelerator.device)
+        if search is not None:  # an impossible budget, refused before anything trains
+            try:
+                with torch.random.fork_rng():  # fresh candidates draw, the run's streams do not move
+                    costs = search.check(self.task.build_predecessor())
+            except ValueError as error:
+                raise RunError(str(error), on_every_rank=session.processes > 1, quiet=not self.main) from None
         if recipe.predecessor is not None:
             # What follows draws from the RNG as it stood before the predecessor phase, whether that phase ran here
             # or its result was borrowed (--predecessor-from): a run compresses the same either way, so runs that
@@ -93,9 +101,17 @@ class Run:
                 train_phase(session, "predecessor", predecessor, objective, recipe.predecessor)
             predecessor.load_state_dict(session.state.done["predecessor"].weights)
             session.rng.restore(before)
+        plan = None
+        if search is not None:  # a successor per group, under the budget, for every Theseus variant
+            session.rng.start_stream("search")
+            plan, record = search.run(predecessor, costs, saved=session.state.search)
+            if session.state.search is None:
+                session.state.search = record
+                session.save(None)
         models: dict[str, nn.Module] = {"predecessor": predecessor}
         for method in methods:  # each with the recipe as it trains it: its own arguments in place
-            context = Context(self.task, recipe.for_method(method.full_name), predecessor, session.accelerator.device)
+            device = session.accelerator.device
+            context = Context(self.task, recipe.for_method(method.full_name), predecessor, device, plan)
             models[method.name] = self._train(method, context)
         # rank 0 tests, times, exports and writes; the others wait for its report (and so for its files)
         compact = next(model for name, model in models.items() if name != "predecessor")

@@ -146,6 +146,8 @@ class RunState:
     recipe: dict[str, Any] | None = None
     processes: int = 1
     metrics_bytes: int = 0
+    search: dict[str, Any] | None = None
+    """A budget search's outcome (`theseus_zoo.training.search`), so that a resumed run keeps its choice."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -155,6 +157,7 @@ class RunState:
             "recipe": self.recipe,
             "processes": self.processes,
             "metrics_bytes": self.metrics_bytes,
+            "search": self.search,
         }
 
     @classmethod
@@ -173,6 +176,7 @@ class RunState:
             data.get("recipe"),
             data.get("processes", 1),
             data.get("metrics_bytes", 0),
+            data.get("search"),
         )
 
 

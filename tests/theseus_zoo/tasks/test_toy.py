@@ -167,7 +167,7 @@ def test_kd_runs_the_student_forward_once_per_step(tmp_path):
 
 
 def test_metrics_go_to_tensorboard_when_it_is_installed(tmp_path, monkeypatch):
-    from theseus_zoo.training import session
+    from theseus_zoo.training import metrics_log
 
     class Writer:  # records what a SummaryWriter would be given
         def __init__(self):
@@ -180,7 +180,7 @@ def test_metrics_go_to_tensorboard_when_it_is_installed(tmp_path, monkeypatch):
             self.closed = True
 
     writer = Writer()
-    monkeypatch.setattr(session, "_tensorboard_writer", lambda directory: writer)
+    monkeypatch.setattr(metrics_log, "_tensorboard_writer", lambda directory: writer)
     assert compress(tmp_path) == 0
     tags = {tag for tag, _, _ in writer.scalars}
     assert {"predecessor/loss", "predecessor/dev_accuracy", "replacing/rate", "baseline:kd/loss"} <= tags

@@ -1,0 +1,73 @@
+"""theseus_zoo.training.search: `theseus compress --budget` on the ResNet family (tiny data, tiny budget)."""
+
+import json
+
+import pytest
+import torch
+
+from tests.theseus_zoo.tasks import test_images
+from theseus_adapters.resnet import successor_blocks
+from theseus_zoo import cli
+from theseus_zoo.training import session
+
+pytest.importorskip("scipy")
+TINY = test_images.TINY
+fake_cache = test_images.fake_cache  # the fixture: a fetched Fashion-MNIST of 64 + 20 images
+
+
+def run(tmp_path, *extra, out="run"):
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(TINY))
+    args = ["compress", "--recipe", "resnet-fashion-mnist", "--config", str(config), "--no-progress"]
+    return cli.main([*args, "--out", str(tmp_path / out), *extra])
+
+
+@pytest.mark.usefixtures("fake_cache")
+def test_a_budget_searches_the_successors_theseus_trains_and_exports(tmp_path, monkeypatch):
+    saved = {}  # ResNet-34 checkpoints are large: keep the last state in memory
+    monkeypatch.setattr(session, "atomic_save", lambda state, path: saved.update(state=state))
+    assert run(tmp_path, "--methods", "theseus+warmup+kd,truncated", "--budget", "params=0.6,steps=2") == 0
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    search = report["search"]
+    assert search["budget"] == {"params": 0.6} and search["steps"] == 2
+    assert set(search["chosen"]) == set(search["candidates"]) and len(search["chosen"]) == 8  # (2, 2, 2, 2) groups
+    assert all(name in search["candidates"][path] for path, name in search["chosen"].items())
+    assert search["predicted_ratio"] <= 0.6
+    # the exported model is the searched one, and costs what the search predicted: parameters are exact
+    assert search["params_ratio"] == pytest.approx(search["predicted_ratio"], rel=1e-9)
+    assert report["models"]["theseus"]["parameters"] < report["models"]["predecessor"]["parameters"] * 0.6
+    config = json.loads((tmp_path / "run" / "model" / "config.json").read_text())
+    if "light_blocks" in config:
+        model = successor_blocks.build_from_config(config["light_blocks"])
+        model.load_state_dict(torch.load(tmp_path / "run" / "model" / "model.pt", weights_only=True), strict=True)
+    assert saved["state"]["search"]["chosen"] == search["chosen"]  # a resumed run keeps its choice
+    assert "searched under a params budget of 0.6" in (tmp_path / "run" / "report.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("recipe_args", "message"),
+    [
+        (["--budget", "latency=1.5"], "a budget is a fraction of the predecessor's latency in (0, 1), got 1.5"),
+        (["--budget", "params=0.01"], "below what the cheapest candidates reach"),
+        (["--budget", "macs=0.5"], "a macs budget is not measured yet"),
+        (["--budget", "params=0.5", "--methods", "truncated,kd"], "this run trains no Theseus variant"),
+    ],
+)
+def test_an_impossible_budget_is_refused_in_one_line_before_any_work(
+    fake_cache,
+    tmp_path,
+    capsys,
+    recipe_args,
+    message,
+):
+    assert run(tmp_path, *recipe_args) == 2
+    error = capsys.readouterr().err
+    assert message in error and len(error.strip().splitlines()) == 1
+    assert not (tmp_path / "run" / "checkpoint.pt").exists() and not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_a_family_that_offers_no_candidates_is_refused_in_one_line(tmp_path, capsys):
+    assert cli.main(["compress", "--recipe", "toy", "--budget", "latency=0.5", "--out", str(tmp_path / "toy")]) == 2
+    error = capsys.readouterr().err
+    assert "the toy family offers no candidates" in error and len(error.strip().splitlines()) == 1
+    assert not (tmp_path / "toy" / "checkpoint.pt").exists()

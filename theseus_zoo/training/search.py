@@ -1,0 +1,122 @@
+"""The budget search of a run (`Recipe.budget`): a successor per group, chosen before Theseus trains.
+
+`BudgetSearch.check` runs before anything trains: the family must offer candidates
+(`theseus_zoo.tasks.protocols.OffersCandidates`), and the budget must be reachable by the cheapest ones, measured
+on the predecessor as the family builds it (costs depend on the architecture, not on the weights). Once the
+predecessor is fine-tuned, `BudgetSearch.run` builds every candidate of every group
+(`theseus_core.search.CandidateLibrary`), distils them blockwise on training batches (``budget["steps"]``), scores
+each alone in the predecessor on a held-out part of the training split (its last batches, never seen by the
+distillation; not dev, not test), and solves for the choice; every Theseus variant of the run then trains that
+choice (`Context.plan`), starting from the distilled weights. The outcome goes into the checkpoint (a resumed run
+keeps its choice and distils again, deterministically) and into ``report.json["search"]``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from torch import nn
+
+import theseus_core as th
+from theseus_core.search import CandidateLibrary, Cost
+
+from ..recipes.recipe import BUDGET_KINDS, Recipe
+from ..tasks import Task
+from ..tasks.protocols import ExampleInputs, OffersCandidates
+from .data_order import DataOrder, labelled_split
+from .methods import to_device
+
+SCORE_BATCHES = 2
+"""Batches at the end of the training split that score the candidates; the distillation never sees them."""
+
+
+class BudgetSearch:
+    """The search a recipe's ``budget`` asks for, on ``task`` (module doc)."""
+
+    def __init__(self, task: Task, recipe: Recipe, device: torch.device) -> None:
+        assert recipe.budget is not None
+        self.task, self.recipe, self.device = task, recipe, device
+        self.kind = next(kind for kind in BUDGET_KINDS if kind in recipe.budget)
+        self.fraction = float(recipe.budget[self.kind])
+        self.steps, self.lr = int(recipe.budget.get("steps", 100)), float(recipe.budget.get("lr", 1e-3))
+
+    def library(self, predecessor: nn.Module) -> CandidateLibrary:
+        """Every candidate the family offers for ``predecessor``'s groups, built and verified."""
+        if not isinstance(self.task, OffersCandidates):
+            raise ValueError(
+                f"the {self.recipe.family} family offers no candidates for a budget search (its Task does not "
+                "implement theseus_zoo.tasks.protocols.OffersCandidates)"
+            )
+        candidates, on_finalize = self.task.candidates(predecessor)
+        inputs = (
+            to_device(self.task.example_inputs(), self.device) if isinstance(self.task, ExampleInputs) else (None, None)
+        )
+        return CandidateLibrary(
+            predecessor, candidates, example_inputs=inputs[0], example_kwargs=inputs[1], on_finalize=on_finalize
+        )
+
+    def batches(self) -> tuple[list[Any], list[Any]]:
+        """The distillation's batches (``steps`` of them, in a seeded order of the training split but its last
+        `SCORE_BATCHES` batches) and those last batches, which score."""
+        train = self.task.dataset("train")
+        size = self.recipe.replacing.batch_size
+        labelled, _ = labelled_split(len(train), self.recipe.labelled_examples)
+        held = min(len(labelled) // 2, SCORE_BATCHES * size)
+        scoring, distilling = labelled[len(labelled) - held :], labelled[: len(labelled) - held]
+        order = DataOrder(distilling, min(size, len(distilling)), self.recipe.seed, "search")
+
+        def collate(indices: torch.Tensor) -> Any:
+            return to_device(self.task.collate([train[int(i)] for i in indices]), self.device)
+
+        score_batches = [collate(scoring[start : start + size]) for start in range(0, len(scoring), size)]
+        return [collate(order.batch(step)) for step in range(self.steps)], score_batches
+
+    def check(self, predecessor: nn.Module) -> tuple[dict[tuple[str, str], Cost], Cost]:
+        """Before any training: the candidates' measured costs; raises `ValueError` in one line when the family
+        offers none or the budget is below the cheapest choice. ``predecessor`` is only read."""
+        library = self.library(predecessor)
+        costs = library.costs(self.batches()[1][0], self.task.logits)
+        library.choose({key: 0.0 for key in library.successors}, costs, self.fraction, self.kind)  # refuses
+        return costs
+
+    def run(
+        self,
+        predecessor: nn.Module,
+        costs: tuple[dict[tuple[str, str], Cost], Cost],
+        saved: dict[str, Any] | None = None,
+    ) -> tuple[th.Plan, dict[str, Any]]:
+        """Distils every candidate, then (unless ``saved`` holds an earlier choice of this run) scores and chooses;
+        returns the plan of the choice and the record for the checkpoint and the report."""
+        started = time.perf_counter()
+        library = self.library(predecessor)
+        distill, score = self.batches()
+        losses = library.distill_(distill, self.task.logits, steps=self.steps, lr=self.lr)
+        if saved is not None:
+            return library.plan(saved["chosen"]), saved
+        scores = library.scores(score, self.task.logits)
+        choice = library.choose(scores, costs, self.fraction, self.kind)
+        per_key, rest = costs
+        record = {
+            "budget": {self.kind: self.fraction},
+            "steps": self.steps,
+            "chosen": choice.chosen,
+            "predicted_ratio": choice.predicted_ratio,
+            "candidates": {
+                path: {
+                    name: {
+                        "score": scores[(path, name)],
+                        "latency": per_key[(path, name)].latency,
+                        "params": per_key[(path, name)].params,
+                    }
+                    for name in library.names(path)
+                }
+                for path in library.paths
+            },
+            "refused": {f"{path} {name}": reason for (path, name), reason in library.refused.items()},
+            "rest": {"latency": rest.latency, "params": rest.params},
+            "distillation_loss": {"first": losses[0] if losses else None, "last": losses[-1] if losses else None},
+            "seconds": time.perf_counter() - started,
+        }
+        return library.plan(choice), record
