@@ -52,7 +52,7 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from torch import nn
 
@@ -233,10 +233,25 @@ def plan(
         th.ModuleSpec(spec.path, successor, projection, projection, {**options, "source": source})
         for spec, source in zip(th.plan(model, found.path, group_sizes=sizes), sources, strict=True)
     ]
-    finalize = functools.partial(sync_config, sources=tuple(sources), stack=found, group_sizes=tuple(sizes))
+    finalize = functools.partial(_sync_undoably, sources=tuple(sources), stack=found, group_sizes=tuple(sizes))
     length = layout.window_length(config)
     more = functools.partial(layout.longer_batch, length=length) if length else None
     return th.Plan(tuple(specs), on_finalize=finalize, more_examples=more)
+
+
+def _sync_undoably(model: nn.Module, *, stack: Stack, **options) -> Callable[[], None]:
+    """The plan's finalize hook: `sync_config`, returning what puts the configs back (`theseus_core.Theseus.finalize`
+    calls it when the finalized model fails its check; it puts the layers' attributes back itself)."""
+    configs = {id(config): config for config in (model.config, stack.config(model))}.values()
+    saved = [(config, dict(vars(config))) for config in configs]
+    sync_config(model, stack=stack, **options)
+
+    def undo() -> None:
+        for config, attributes in saved:
+            vars(config).clear()
+            vars(config).update(attributes)
+
+    return undo
 
 
 def _inner_stacks(model: nn.Module, path: str) -> str:

@@ -19,9 +19,10 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from .prepare import Prepared, check_arguments, check_eval_route, check_successors, example_batches, prepare
 from .registry import SuccessorRegistry
+from .runs import ModelState
 from .site import PredecessorChain, ReplacementSite, Router, boundary_width
 from .spec import ModuleSpec, Plan
-from .verify import ExampleRun, run_original, verify
+from .verify import ExampleRun, check_finalized, eval_outputs, run_original, verify
 
 
 def replace_(
@@ -125,6 +126,7 @@ def replace_(
         eval_route=eval_route,
         predecessor_eval=predecessor_eval,
         on_finalize=specs.on_finalize if isinstance(specs, Plan) else None,
+        examples=run,
     )
     if run is not None:
         try:
@@ -161,10 +163,12 @@ class Theseus:
         eval_route: str,
         predecessor_eval: bool,
         on_finalize: Any,
+        examples: ExampleRun | None = None,
     ) -> Theseus:
         self = object.__new__(cls)
         self._model = model
         self._on_finalize = on_finalize
+        self._examples = examples  # what finalize checks the finalized model on
         self._state = "active"
         self._router = Router(seed, len(prepared))
         self._router.eval_route = eval_route
@@ -287,25 +291,61 @@ class Theseus:
 
     # -------------------------------------------------------------- finishing
     def finalize(self) -> nn.Module:
-        """Makes the replacement permanent and returns the model (the same object).
+        """Makes the replacement permanent and returns the model (the same object), or refuses and changes nothing.
 
         Every site becomes its successor (with its projections, where it has
-        any); the predecessor modules leave the model. Parameters outside the
-        groups get back the ``requires_grad`` they had before `replace_`;
+        any, as a `Projected` that passes attribute reads through to the
+        successor); the predecessor modules leave the model. Parameters outside
+        the groups get back the ``requires_grad`` they had before `replace_`;
         successors stay trainable. The plan's ``on_finalize`` hook runs last.
+
+        When `replace_` had example batches, the finalized model runs them in
+        eval mode and must return exactly what the model at rate 1 returned on
+        them just before (the successors in place, eval mode); otherwise, or if
+        the hook raises, finalize undoes itself (the model's structure and
+        ``requires_grad`` as they were, and whatever the hook's returned undo
+        callable puts back) and raises.
+
+        Raises:
+            VerificationError: The finalized model raised or differs from the
+                model at rate 1 on an example batch (one line); the handle stays
+                active.
         """
         self._require("active")
+        expected = None
+        if self._examples is not None:
+            eval_route, self._router.eval_route = self._router.eval_route, "successor"
+            try:
+                expected = eval_outputs(self._examples)
+            finally:
+                self._router.eval_route = eval_route
+        before = ModelState(self._model)
+        flags = [(param, param.requires_grad) for param in self._model.parameters()]
         finals = {
             id(site): site.successor if site.successor.has_projections else site.successor.inner for site in self._sites
         }
-        for container, _ in self._saved_children.values():
-            for key, child in container._modules.items():
-                if id(child) in finals:
-                    container._modules[key] = finals[id(child)]
-        self._unfreeze()
+        undo = None
+        try:
+            for container, _ in self._saved_children.values():
+                for key, child in container._modules.items():
+                    if id(child) in finals:
+                        container._modules[key] = finals[id(child)]
+            self._unfreeze()
+            if self._on_finalize is not None:
+                undo = self._on_finalize(self._model)
+            if expected is not None:
+                check_finalized(self._examples, expected)
+        except BaseException:
+            if callable(undo):
+                undo()
+            before.restore()
+            for param, requires_grad in flags:
+                param.requires_grad_(requires_grad)
+            for norm in self._held_norms:
+                norm.track_running_stats = False
+            raise
         self._state = "finalized"
-        if self._on_finalize is not None:
-            self._on_finalize(self._model)
+        self._examples = None
         return self._model
 
     def restore(self) -> nn.Module:

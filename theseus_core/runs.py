@@ -120,10 +120,11 @@ class ExampleRun:
 
 
 class _ModuleState:
-    """One module's tensors, children and attributes before a run, to compare with and to put back."""
+    """One module's class, tensors, children and attributes before a run, to compare with and to put back; with
+    ``values=False`` its tensors' values are not copied (what `Theseus.finalize` changes is structure only)."""
 
-    def __init__(self, name: str, module: nn.Module) -> None:
-        self.name, self.module = name, module
+    def __init__(self, name: str, module: nn.Module, values: bool = True) -> None:
+        self.name, self.module, self.cls = name, module, type(module)
         self.attributes = dict(module.__dict__)
         self.children = dict(module._modules)
         self.parameters = dict(module._parameters)
@@ -131,7 +132,7 @@ class _ModuleState:
         self.values = {
             key: tensor.detach().clone()
             for key, tensor in (*module._parameters.items(), *module._buffers.items())
-            if tensor is not None
+            if tensor is not None and values
         }
 
     def compare(self, trace: Trace) -> None:
@@ -150,6 +151,8 @@ class _ModuleState:
 
     def restore(self) -> None:
         module = self.module
+        if type(module) is not self.cls:
+            module.__class__ = self.cls
         for key in [key for key in module.__dict__ if key not in self.attributes]:
             del module.__dict__[key]
         for key, value in self.attributes.items():
@@ -175,6 +178,18 @@ def _changed(tensor: torch.Tensor, saved: torch.Tensor) -> bool:
     if tensor.shape != saved.shape or tensor.dtype != saved.dtype:
         return True
     return not torch.equal(tensor, saved) and difference(tensor, saved) is not None
+
+
+class ModelState:
+    """The structure of a model (every module's class, children, tensors and attributes, not its tensors' values),
+    put back by `restore`: what `Theseus.finalize` undoes when the finalized model fails its check."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.states = [_ModuleState(name, module, values=False) for name, module in model.named_modules()]
+
+    def restore(self) -> None:
+        for state in self.states:
+            state.restore()
 
 
 @contextmanager

@@ -98,7 +98,8 @@ class Projected(nn.Module):
     After `Theseus.finalize`, a site whose successor needs projections becomes
     this module (one without projections becomes the bare successor). It is
     called as the group was: ``primary_name`` is the name under which callers
-    may pass the primary input by keyword.
+    may pass the primary input by keyword. Attributes it lacks are read from the
+    successor it wraps, as a container reads its layers' attributes.
     """
 
     def __init__(
@@ -117,6 +118,22 @@ class Projected(nn.Module):
     @property
     def has_projections(self) -> bool:
         return self.in_proj is not None or self.out_proj is not None
+
+    def __getattr__(self, name: str) -> Any:
+        """Attributes this module lacks are the successor's, so that a container that reads its layers'
+        attributes (``nn.TransformerEncoder`` reads ``layers[0].self_attn``) reads them through the projections."""
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            inner = self.__dict__.get("_modules", {}).get("inner")
+            if inner is None or name.startswith("__"):
+                raise
+        try:
+            return getattr(inner, name)
+        except AttributeError:
+            raise AttributeError(
+                f"'Projected' object has no attribute {name!r}, nor has the successor it wraps ({type(inner).__name__})"
+            ) from None
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         primary, args, kwargs = split_primary(args, kwargs, self.primary_name, type(self).__name__)

@@ -116,7 +116,11 @@ class Plan(Sequence[ModuleSpec]):
     Args:
         specs: The groups to replace; they must not overlap.
         on_finalize: Called with the model after every site became its
-            successor, before `Theseus.finalize` returns. (default: ``None``)
+            successor, before `Theseus.finalize` checks the finalized model. It
+            may return a callable that undoes what it did beyond the model's
+            modules (a config it edited), which finalize calls when it refuses;
+            the modules' structure and attributes finalize puts back itself.
+            (default: ``None``)
         more_examples: Called with the first example batch given to `replace_`
             (its positional and keyword arguments), returns more batches to verify
             on, as ``(args, kwargs)`` pairs: what the family's config says the
@@ -125,7 +129,7 @@ class Plan(Sequence[ModuleSpec]):
     """
 
     specs: tuple[ModuleSpec, ...]
-    on_finalize: Callable[[nn.Module], None] | None = field(default=None, compare=False)
+    on_finalize: Callable[[nn.Module], Callable[[], None] | None] | None = field(default=None, compare=False)
     more_examples: Callable[..., list[tuple[tuple, dict[str, Any]]]] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:

@@ -16,6 +16,9 @@ group then differs at rate 0, the original's own calls of the group's layers say
 arguments than the group's first (a per-layer mask, T5's ``position_bias``), hidden states changed between two
 layers (a residual or a convolution in the loop), or the torch RNG advanced differently before the group (a loop
 that draws per layer: LayerDrop).
+
+`Theseus.finalize` keeps what was verified: it runs the finalized model on the same batches in eval mode and
+accepts only an output equal to the model's at rate 1 (`check_finalized`); otherwise it undoes itself.
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ from .spec import ResolvedGroup
 
 class VerificationError(ValueError):
     """`replace_` ran the model on the example batches and could not show that the sites at rate 0 give the
-    original back (or the original itself cannot be compared run to run); the model was left as it was."""
+    original back (or the original itself cannot be compared run to run), or `Theseus.finalize` could not show that
+    the finalized model computes what the model at rate 1 did; the model was left as it was."""
 
 
 def _argument_difference(first: Any, other: Any) -> str | None:
@@ -191,6 +195,33 @@ def verify(run: ExampleRun, sites: Sequence[ReplacementSite], groups: Sequence[R
             if router is not None:
                 router.eval_route = eval_route
         _compare(run, groups, trace, expected, index, training)
+
+
+def eval_outputs(run: ExampleRun) -> list[Any]:
+    """The model's output on every example batch in eval mode, each run leaving no trace."""
+    return [run(Trace(), batch, False, lambda: None).output for batch in run.batches]
+
+
+def check_finalized(run: ExampleRun, expected: Sequence[Any]) -> None:
+    """Runs the finalized model on every example batch in eval mode and raises `VerificationError`, in one line,
+    unless each output is exactly ``expected``'s, the model's at rate 1 before `Theseus.finalize`."""
+    undo = "finalize undid itself: the model is as it was, still replacing (restore() gives the original back)"
+    for index, batch in enumerate(run.batches):
+        where = _where(run, index, False)
+        try:
+            output = run(Trace(), batch, False, lambda: None).output
+        except Exception as error:
+            cause = str(error).strip().splitlines()[0] if str(error).strip() else "no message"
+            raise VerificationError(
+                f"the finalized model raised {type(error).__name__} on {where}, which the model at rate 1 ran: "
+                f"{cause}; {undo}"
+            ) from error
+        gap = difference(output, expected[index])
+        if gap is not None:
+            raise VerificationError(
+                f"on {where} the finalized model's output {gap} from the model's at rate 1 (the successors in "
+                f"place); {undo}"
+            )
 
 
 def _raised(

@@ -186,6 +186,102 @@ def test_on_finalize_hook_runs_on_the_compact_model():
     assert seen == [model] and len(model.blocks) == 3
 
 
+class ReadsItsFirstBlock(nn.Module):
+    """A container that reads an attribute of its first block, as ``nn.TransformerEncoder`` does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(ToyBlock(8, dropout=0.0) for _ in range(4))
+        self.blocks[0].gain = 2.0
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x * self.blocks[0].gain
+
+
+def fresh_block(gain: float | None):
+    def build(group):
+        block = ToyBlock(8, dropout=0.0)
+        if gain is not None:
+            block.gain = gain
+        return block
+
+    return build
+
+
+@pytest.mark.parametrize(
+    ("gain", "message"),
+    [
+        (None, r"^the finalized model raised AttributeError on the example batch in eval mode, .*'gain'.*still "),
+        (3.0, r"^on the example batch in eval mode the finalized model's output differs by up to .* at rate 1"),
+    ],
+    ids=["raises", "differs"],
+)
+def test_a_finalize_that_would_break_the_model_is_refused_and_undone(gain, message):
+    torch.manual_seed(0)
+    model = ReadsItsFirstBlock()
+    x = torch.randn(4, 8)
+    edited = {"layers": 4}
+
+    def hook(compact):
+        edited["layers"] = len(compact.blocks)
+        return lambda: edited.update(layers=4)
+
+    specs = th.plan(model, "blocks", num_groups=2, successor=fresh_block(gain))
+    before = state(model)
+    theseus = th.replace_(model, th.Plan(specs.specs, hook), example_inputs=(x,))
+    flags = [p.requires_grad for p in model.parameters()]
+    children = list(model.blocks)
+    with pytest.raises(th.VerificationError, match=message) as refused:
+        theseus.finalize()
+    assert "\n" not in str(refused.value)
+    assert list(model.blocks) == children and all(isinstance(b, th.ReplacementSite) for b in children)
+    assert [p.requires_grad for p in model.parameters()] == flags and edited == {"layers": 4}
+    theseus.rate = 1.0
+    model(x)  # still replacing
+    theseus.restore()
+    assert_same_state(state(model), before)
+
+
+class ReadsItsFirstBlockInTraining(ReadsItsFirstBlock):
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x * self.blocks[0].gain if self.training else x
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        (ReadsItsFirstBlock, r"^the finalized model raised AttributeError on the example batch in eval mode.*'gain'"),
+        (
+            ReadsItsFirstBlockInTraining,  # finalize checks eval mode; the kit runs the finalized model in both
+            r"^the finalized model raised AttributeError in training mode on the example inputs: 'ToyBlock' object "
+            r"has no attribute 'gain'",
+        ),
+    ],
+    ids=["at-finalize", "in-training"],
+)
+def test_the_test_kit_names_the_cause_when_the_finalized_model_raises(model, message):
+    torch.manual_seed(0)
+    model = model()
+    specs = th.plan(model, "blocks", num_groups=2, successor=fresh_block(None))
+    with pytest.raises((th.VerificationError, AssertionError), match=message):
+        assert_replacement_equivalence(model, specs, (torch.randn(4, 8),))
+
+
+def test_a_finalize_that_keeps_the_model_passes_its_check():
+    torch.manual_seed(0)
+    model, x = ReadsItsFirstBlock(), torch.randn(4, 8)
+    theseus = th.replace_(
+        model, th.plan(model, "blocks", num_groups=2, successor=fresh_block(2.0)), example_inputs=(x,)
+    )
+    theseus.rate = 1.0
+    expected = run(model, (x,), training=False)
+    assert torch.equal(run(theseus.finalize(), (x,), training=False), expected)
+
+
 # ---------------------------------------------------------------- routing
 
 

@@ -105,13 +105,16 @@ class _ConvertBack:
     def __init__(self, path: str) -> None:
         self.path = path
 
-    def __call__(self, model: nn.Module) -> None:
+    def __call__(self, model: nn.Module) -> Callable[[], None]:
+        """Converts back; returns what undoes the change to the record (`Theseus.finalize` puts the modules back)."""
         gnn = model.get_submodule(self.path)
         record = gnn.__dict__["_steps_record"]
+        unshared = list(record.unshared)
         if _convert_back(gnn, record) is not None:  # stays stepped: drop what only an undo needed
             record.unshared.clear()
             if isinstance(gnn, SteppedGNN):
                 gnn.num_layers = len(gnn.steps)
+        return lambda: record.unshared.__setitem__(slice(None), unshared)
 
     def __repr__(self) -> str:
         return f"convert_back({self.path!r})"

@@ -22,12 +22,27 @@ def _assert_outputs(actual: Any, expected: Any, message: str, rtol: float, atol:
         torch.testing.assert_close(a, e, rtol=rtol, atol=atol, msg=lambda detail: f"{message}\n{detail}")
 
 
-def _run(model: nn.Module, training: bool, seed: int, inputs: tuple, kwargs: dict, grad: bool = False) -> Any:
-    """One forward with the global RNG seeded (same dropout masks), without disturbing the caller's RNG."""
+def _run(
+    model: nn.Module,
+    training: bool,
+    seed: int,
+    inputs: tuple,
+    kwargs: dict,
+    grad: bool = False,
+    what: str = "the model",
+) -> Any:
+    """One forward with the global RNG seeded (same dropout masks), without disturbing the caller's RNG; an
+    exception becomes an `AssertionError` that names ``what`` ran, in which mode, and the cause."""
     model.train(training)
     with torch.random.fork_rng(devices=[]), torch.set_grad_enabled(grad):
         torch.manual_seed(seed)
-        return model(*copied(inputs), **copied(kwargs))
+        try:
+            return model(*copied(inputs), **copied(kwargs))
+        except Exception as error:
+            mode = "training" if training else "eval"
+            raise AssertionError(
+                f"{what} raised {type(error).__name__} in {mode} mode on the example inputs: {error}"
+            ) from error
 
 
 def _run_frozen(model: nn.Module, specs: Sequence[ModuleSpec], train_others: bool, *args: Any) -> Any:
@@ -87,7 +102,9 @@ def assert_replacement_equivalence(
         **replace_options: Passed to `replace_` (e.g. ``train_others=True``).
 
     Raises:
-        AssertionError: Naming the property that failed.
+        AssertionError: Naming the property that failed, or the model that raised (at which rate, or
+            finalized), in which mode, and its error.
+        VerificationError: `replace_` or `Theseus.finalize` refused, naming the cause.
     """
     kwargs = dict(example_kwargs or {})
     inputs = tuple(example_inputs)
@@ -96,17 +113,16 @@ def assert_replacement_equivalence(
     original = _run_frozen(work, specs, bool(replace_options.get("train_others")), True, seed, inputs, kwargs)
     theseus = replace_(work, specs, seed=seed, example_inputs=inputs, example_kwargs=kwargs, **replace_options)
     theseus.rate = 0.0
-    _assert_outputs(_run(work, True, seed, inputs, kwargs), original, "rate 0 differs from the original model", 0, 0)
+    at_zero = _run(work, True, seed, inputs, kwargs, what="the model at rate 0")
+    _assert_outputs(at_zero, original, "rate 0 differs from the original model", 0, 0)
     theseus.rate = 1.0
-    all_successors = _run(work, True, seed, inputs, kwargs)
-    evaluated = _run(work, False, seed, inputs, kwargs)
+    all_successors = _run(work, True, seed, inputs, kwargs, what="the model at rate 1")
+    evaluated = _run(work, False, seed, inputs, kwargs, what="the model at rate 1")
     compact = theseus.finalize()
-    _assert_outputs(
-        _run(compact, False, seed, inputs, kwargs), evaluated, "eval mode differs from finalized", rtol, atol
-    )
-    _assert_outputs(
-        _run(compact, True, seed, inputs, kwargs), all_successors, "rate 1 differs from finalized", rtol, atol
-    )
+    finalized = _run(compact, False, seed, inputs, kwargs, what="the finalized model")
+    _assert_outputs(finalized, evaluated, "eval mode differs from finalized", rtol, atol)
+    finalized = _run(compact, True, seed, inputs, kwargs, what="the finalized model")
+    _assert_outputs(finalized, all_successors, "rate 1 differs from finalized", rtol, atol)
 
     work = copy.deepcopy(model)
     before = _state(work)
@@ -123,7 +139,7 @@ def assert_replacement_equivalence(
     for draw in range(draws):
         for param in work.parameters():
             param.grad = None
-        output = _run(work, True, seed + draw, inputs, kwargs, grad=True)
+        output = _run(work, True, seed + draw, inputs, kwargs, grad=True, what="the model at rate 0.5")
         loss = sum(t.float().sum() for t in tensors(output) if t.requires_grad)
         if isinstance(loss, torch.Tensor):
             loss.backward()
