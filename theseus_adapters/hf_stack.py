@@ -61,6 +61,10 @@ class Stack:
             config that describes the stack (a vision-language model's text config, say).
         count_name: The config attribute that holds the layer count.
         per_layer: The `PER_LAYER_LISTS` this config has, one entry per layer.
+        model_count_name: Where the stack's config is a copy of the model's (T5 builds each stack from its own
+            copy), the attribute of the model's config, which ``save_pretrained`` writes, that holds this stack's
+            layer count (``num_layers`` for T5's encoder, ``num_decoder_layers`` for its decoder); ``None``
+            otherwise.
     """
 
     path: str
@@ -69,6 +73,7 @@ class Stack:
     count_name: str
     per_layer: tuple[str, ...]
     stage: int | None = None
+    model_count_name: str | None = None
 
     def config(self, model: nn.Module):
         """The config of this stack in ``model`` (or in a copy of the model the stack was found in)."""
@@ -150,18 +155,7 @@ def layer_stack(model: nn.Module, stack: str | None = None, *, shortened: bool =
             f"(depths) holds its length {len(layers)}, so finalize could not say how many layers the stage has; "
             f"write ModuleSpecs with th.plan and keep the config in step yourself"
         )
-    count_name = (
-        staged[0]
-        if staged
-        else next(
-            (
-                name
-                for name in _COUNT_NAMES[role]
-                if getattr(stack_config, name, None) == len(layers) or (shortened and getattr(stack_config, name, None))
-            ),
-            None,
-        )
-    )
+    count_name = staged[0] if staged else _count_name(stack_config, role, len(layers), shortened)
     if count_name is None:
         raise ValueError(
             f"none of the config attributes {_COUNT_NAMES[role]} of {type(model).__name__} holds the length "
@@ -190,7 +184,29 @@ def layer_stack(model: nn.Module, stack: str | None = None, *, shortened: bool =
                 f"config.{name} of {type(model).__name__} has one entry per layer and theseus_adapters.hf does "
                 f"not know it; add it to theseus_adapters.hf_stack.PER_LAYER_LISTS if finalize should slice it"
             )
-    return Stack(path, role, owner, count_name, tuple(per_layer), staged[1] if staged else None)
+    model_count_name = None
+    if stack_config is not config and type(stack_config) is type(config) and not staged:
+        model_count_name = _count_name(config, role, len(layers), shortened)
+        if model_count_name is None:
+            raise ValueError(
+                f"{type(model).__name__} builds {path!r} from a copy of its config, and none of the attributes "
+                f"{_COUNT_NAMES[role]} of the model's config holds its length ({len(layers)}), so the exported "
+                f"config could not say how many layers it has"
+            )
+    return Stack(path, role, owner, count_name, tuple(per_layer), staged[1] if staged else None, model_count_name)
+
+
+def _count_name(config, role: str, length: int, shortened: bool) -> str | None:
+    """The first of the role's layer-count attributes of ``config`` that holds ``length`` (``shortened``: that is
+    set at all, the stack having lost layers already)."""
+    return next(
+        (
+            name
+            for name in _COUNT_NAMES[role]
+            if getattr(config, name, None) == length or (shortened and getattr(config, name, None))
+        ),
+        None,
+    )
 
 
 def _has(model: nn.Module, path: str) -> bool:
@@ -258,6 +274,8 @@ def sync_config(
             ends = [s + 1 for s in sources] if group_sizes is None else [*itertools.accumulate(group_sizes)]
             layout.sync_stages(config, ends)
         setattr(config, found.count_name, len(layers))
+        if found.model_count_name is not None:  # the config save_pretrained writes
+            setattr(model.config, found.model_count_name, len(layers))
     layout.sync_leading_counts(config, sources)
     for index, (layer, source) in enumerate(zip(layers, sources, strict=True)):
         for module, name, value in _index_attributes(layer):
