@@ -354,3 +354,156 @@ def test_a_resnet_of_unknown_blocks_is_not_told_to_use_the_width_it_has():
         resnet.plan(model, (1, 1, 1, 1))
     assert "use width=1" not in str(raised.value)
     assert_untouched(model, before)
+
+
+# ---------------------------------------------------------------- containers that read their layers' attributes
+
+
+def encoder_layer(width: int, ffn: int) -> nn.Module:
+    return nn.TransformerEncoderLayer(width, 4, ffn, dropout=0.0, batch_first=True)
+
+
+def decoder_layer(width: int, ffn: int) -> nn.Module:
+    return nn.TransformerDecoderLayer(width, 4, ffn, dropout=0.0, batch_first=True)
+
+
+def sequence(length: int, width: int = 64) -> torch.Tensor:
+    return torch.randn(2, length, width, generator=torch.Generator().manual_seed(1))
+
+
+PADDED = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
+
+
+@pytest.mark.parametrize(
+    ("make", "path", "successor", "projected", "inputs"),
+    [  # each container reads layers[0].self_attn (batch_first, and the fast path's weights and flags)
+        (
+            lambda: nn.TransformerEncoder(encoder_layer(64, 128), 6, enable_nested_tensor=False),
+            "layers",
+            lambda: encoder_layer(32, 64),
+            True,
+            ((sequence(5),), {}),
+        ),
+        (  # eval mode with a padding mask: the nested-tensor fast path hands its layers nested tensors
+            lambda: nn.TransformerEncoder(encoder_layer(64, 128), 6),
+            "layers",
+            lambda: encoder_layer(32, 64),
+            True,
+            ((sequence(5),), {"src_key_padding_mask": PADDED}),
+        ),
+        (  # the memory goes to every layer unprojected: a narrower FFN at the same width
+            lambda: nn.TransformerDecoder(decoder_layer(64, 128), 6),
+            "layers",
+            lambda: decoder_layer(64, 32),
+            False,
+            ((sequence(5), sequence(3)), {}),
+        ),
+        (
+            lambda: nn.Transformer(64, 4, 4, 4, 128, dropout=0.0, batch_first=True),
+            "encoder.layers",
+            lambda: encoder_layer(32, 64),
+            True,
+            ((sequence(3), sequence(5)), {}),
+        ),
+    ],
+    ids=["encoder", "encoder-nested-mask", "decoder", "transformer"],
+)
+def test_a_container_that_reads_its_layers_gets_a_finalized_model_equal_to_rate_one(
+    make, path, successor, projected, inputs
+):
+    torch.manual_seed(0)
+    model = make()
+    projection = "linear" if projected else None
+    specs = th.plan(
+        model, path, num_groups=2, successor=lambda group: successor(), in_proj=projection, out_proj=projection
+    )
+    args, kwargs = inputs
+    assert_replacement_equivalence(model, specs, args, kwargs)  # rate 1 and eval mode equal the finalized model
+    th.replace_(model, specs, example_inputs=args, example_kwargs=kwargs).finalize()  # checked against rate 1
+    assert isinstance(model.get_submodule(path)[0], th.Projected if projected else nn.Module)
+
+
+# ---------------------------------------------------------------- windows a short example would hide
+
+MISTRAL = dict(GEMMA2, sliding_window=4)
+GPT_NEO = dict(vocab_size=64, hidden_size=16, num_layers=4, num_heads=2, window_size=4, max_position_embeddings=64)
+GPT_NEO |= dict(attention_types=[[["global", "local"], 2]], bos_token_id=1, eos_token_id=2)
+LONGFORMER = dict(vocab_size=64, hidden_size=16, num_hidden_layers=4, num_attention_heads=2, intermediate_size=32)
+LONGFORMER |= dict(attention_window=4, max_position_embeddings=64)
+BERT = dict(vocab_size=64, hidden_size=16, num_hidden_layers=4, num_attention_heads=2, intermediate_size=32)
+MODERNBERT = dict(BERT, global_attn_every_n_layers=2, local_attention=4, pad_token_id=0, bos_token_id=1)
+MODERNBERT |= dict(eos_token_id=2, cls_token_id=1, sep_token_id=2)
+
+
+@pytest.mark.parametrize(
+    ("config", "model", "options", "stack", "field"),
+    [
+        ("Gemma2Config", "Gemma2Model", GEMMA2, "layers", "sliding_window"),
+        ("MistralConfig", "MistralModel", MISTRAL, "layers", "sliding_window"),
+        ("GPTNeoConfig", "GPTNeoModel", GPT_NEO, "h", "window_size"),
+        ("LongformerConfig", "LongformerModel", LONGFORMER, "encoder.layer", "attention_window"),
+        ("BertConfig", "BertModel", dict(BERT, chunk_size_feed_forward=2), "encoder.layer", "chunk_size_feed_forward"),
+        ("ModernBertConfig", "ModernBertModel", MODERNBERT, "layers", "local_attention"),
+    ],
+    ids=["gemma2", "mistral", "gpt-neo", "longformer", "bert-chunked-ffn", "modernbert"],
+)
+def test_a_window_no_example_batch_exceeds_is_refused_naming_the_config_field(config, model, options, stack, field):
+    model = build(config, model, **options)
+    size = getattr(model.config, field)
+    size = max(size) if isinstance(size, list) else size  # Longformer lists one per layer
+    message = rf"^config\.{field} = {size} of .*no example batch is longer than that \(the longest has {size} tokens"
+    halves = lambda m: th.plan(m, stack, num_groups=2, successor=th.copy_module(0))  # noqa: E731
+    refused(model, halves, th.VerificationError, message, example_inputs=(tokens(size),))
+    refused(model, halves, th.VerificationError, message, example_kwargs={"input_ids": tokens(size)})
+
+
+def test_hf_plans_add_the_longer_batch_and_refuse_one_they_cannot_lengthen():
+    model = build("MistralConfig", "MistralModel", **MISTRAL)
+    theseus = th.replace_(model, hf.plan(model, 2), example_kwargs={"input_ids": tokens(4), "use_cache": False})
+    theseus.restore()
+    positional = {"example_inputs": (tokens(4),)}  # positions unknown: the plan adds no batch
+    refused(model, lambda m: hf.plan(m, 2), th.VerificationError, r"^config\.sliding_window = 4 ", **positional)
+
+
+@pytest.mark.parametrize(
+    ("config", "model", "options", "stack"),
+    [("MistralConfig", "MistralModel", MISTRAL, "layers"), ("GPTNeoConfig", "GPTNeoModel", GPT_NEO, "h")],
+    ids=["mistral", "gpt-neo"],  # GPT-Neo's local layers mask their own window: a group of global and local is exact
+)
+def test_a_window_a_batch_exceeds_is_verified(config, model, options, stack):
+    model = build(config, model, **options)
+    batches = [{"input_ids": tokens(4)}, {"input_ids": tokens(12)}]
+    halves = th.plan(model, stack, num_groups=2, successor=th.copy_module(0))
+    th.replace_(model, halves, example_inputs=batches, example_kwargs={"use_cache": False}).finalize()
+
+
+# ---------------------------------------------------------------- encoder-decoders: both stacks export every key
+
+T5 = dict(vocab_size=64, d_model=16, d_kv=8, d_ff=32, num_layers=4, num_decoder_layers=4, num_heads=2)
+BART = dict(vocab_size=64, d_model=16, encoder_layers=4, decoder_layers=4, encoder_attention_heads=2)
+BART |= dict(decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64)
+MARIAN = dict(BART, decoder_start_token_id=0, pad_token_id=0)
+
+
+@pytest.mark.parametrize("stack", ["encoder", "decoder"])
+@pytest.mark.parametrize(
+    ("config", "model", "options"),
+    [
+        ("T5Config", "T5ForConditionalGeneration", T5),
+        ("MT5Config", "MT5ForConditionalGeneration", T5),
+        ("UMT5Config", "UMT5ForConditionalGeneration", T5),
+        ("BartConfig", "BartForConditionalGeneration", BART),
+        ("MarianConfig", "MarianMTModel", MARIAN),
+    ],
+    ids=["t5", "mt5", "umt5", "bart", "marian"],
+)
+def test_an_encoder_decoder_exports_every_key_of_either_stack(config, model, options, stack, tmp_path):
+    model = build(config, model, **options)
+    inputs = {"input_ids": tokens(6), "decoder_input_ids": tokens(4), "use_cache": False}
+    compact = th.replace_(model, hf.plan(model, 2, stack=stack), example_kwargs=inputs).finalize().eval()
+    compact.save_pretrained(tmp_path)
+    reloaded, info = type(compact).from_pretrained(tmp_path, output_loading_info=True)
+    assert not any(info.values()), info  # no missing, unexpected or mismatched key
+    assert list(reloaded.state_dict()) == list(compact.state_dict())
+    with torch.no_grad():
+        assert torch.equal(reloaded.eval()(**inputs).logits, compact(**inputs).logits)

@@ -7,7 +7,11 @@ consecutive groups (uneven allowed: 12 → 5 is 3, 3, 2, 2, 2) and gives each gr
 layers are of several kinds (class, parameter shapes, ``layer_types`` entry) that change once or a few times
 (DeepSeek-V3's dense layers before its MoE ones, T5's first layer with the relative-attention table), the groups
 stay within the runs of one kind (`theseus_adapters.hf_layout`). The plan verifies on one more batch, the user's
-tokens repeated past any window the config names (``sliding_window``, ``attention_window``, ``block_size``).
+tokens repeated past any window, chunk or bucket the config names (``sliding_window``, ``attention_window``,
+``window_size``, ``local_attention``, ``chunk_size_feed_forward``, ...: `hf_layout.WINDOW_FIELDS`). Importing this
+module registers `hf_layout.uncovered_window` as an example check of every ``replace_``, ``theseus_core.plan``'s
+included: example batches of a transformers model that no sequence of exceeds such a size are refused, naming the
+config field.
 
 After `theseus_core.Theseus.finalize` the model is an ordinary transformers model of ``num_layers`` layers
 (`sync_config`, the plan's finalize hook): the config's layer count under the name that config uses
@@ -307,12 +311,14 @@ def _fresh_layer(layer_class: type, config, hidden_size: int, index: int) -> nn.
 
 
 def _register_defaults() -> None:
-    """Puts `layer_successor` in the default registry, below any registration a user made first."""
+    """Puts `layer_successor` in the default registry, below any registration a user made first, and registers
+    `hf_layout.uncovered_window` as an example check of every `replace_`."""
     from transformers.modeling_layers import GradientCheckpointingLayer
     from transformers.models.mpnet.modeling_mpnet import MPNetLayer
 
     for layer_type in (GradientCheckpointingLayer, MPNetLayer):
         th.register_successor(layer_type, fallback=True)(layer_successor)
+    th.register_example_check(layout.uncovered_window)  # for every plan, theseus_core.plan's too
 
 
 _register_defaults()

@@ -27,8 +27,22 @@ from theseus_core.checks import is_int
 
 LEADING_COUNTS = ("first_k_dense_replace",)
 """Config fields counting the first layers of one kind: finalize counts the kept layers that came from them."""
-WINDOW_FIELDS = ("sliding_window", "attention_window", "block_size", "local_attn_window", "window")
-"""Config fields naming a window of tokens: `hf.plan` verifies on a batch longer than any of them."""
+WINDOW_FIELDS = (
+    "sliding_window",
+    "attention_window",
+    "block_size",
+    "local_attn_window",
+    "window",
+    "window_size",
+    "local_attention",
+    "local_radius",
+    "chunk_size_feed_forward",
+    "local_attn_chunk_length",
+    "lsh_attn_chunk_length",
+)
+"""Config fields naming a window, chunk or bucket of tokens: `hf.plan` verifies on a batch longer than any of them,
+and `uncovered_window` refuses example batches that no sequence of exceeds one (a window as long as the batches
+hides a group that mixes windowed and full layers; a chunk as long hides a loop over chunks)."""
 POSITION_FIELDS = ("max_position_embeddings", "n_positions", "max_source_positions", "context_length")
 SEQUENCES = ("input_ids", "decoder_input_ids", "inputs_embeds")
 """Keyword arguments whose second dimension is a sequence `longer_batch` repeats."""
@@ -196,16 +210,61 @@ def sync_leading_counts(config: Any, sources: Sequence[int]) -> None:
             setattr(config, name, sum(1 for source in sources if source < value))
 
 
+def windows(config: Any) -> list[tuple[str, int]]:
+    """``(field, size)`` of every `WINDOW_FIELDS` entry of ``config`` and of the configs inside it
+    (``"text_config.sliding_window"``), the largest where a field lists one per layer, when positive and shorter
+    than the config's position limit (a window that covers every position changes nothing)."""
+    found = []
+    inner = [(f"{name}.", value) for name, value in vars(config).items() if hasattr(value, "model_type")]
+    for prefix, described in [("", config), *inner]:
+        limits = [getattr(described, name) for name in POSITION_FIELDS if is_int(getattr(described, name, None))]
+        for name in WINDOW_FIELDS:
+            value = getattr(described, name, None)
+            sizes = [v for v in (value if isinstance(value, (list, tuple)) else [value]) if is_int(v) and v > 0]
+            if sizes and all(max(sizes) < limit for limit in limits):
+                found.append((prefix + name, max(sizes)))
+    return found
+
+
+def sequence_length(args: tuple, kwargs: dict[str, Any]) -> int | None:
+    """The longest token sequence of a batch: dimension 1 of its `SEQUENCES` keyword tensors, or of its first
+    positional argument (``model(input_ids)``); ``None`` when it has none (pixels, audio)."""
+    import torch
+
+    tensors = [kwargs.get(name) for name in SEQUENCES] + list(args[:1])
+    lengths = [t.shape[1] for t in tensors if isinstance(t, torch.Tensor) and t.dim() >= 2]
+    return max(lengths, default=None)
+
+
+def uncovered_window(model: nn.Module, batches: Sequence[tuple[tuple, dict[str, Any]]]) -> str | None:
+    """Why the example batches cannot verify a transformers model: a window, chunk or bucket size its config names
+    (`windows`) that no batch's token sequence exceeds; ``None`` when one does, or for a model without a config or
+    batches without token sequences. `theseus_core.replace_` runs it for every plan (registered by
+    `theseus_adapters.hf` as an example check)."""
+    config = getattr(model, "config", None)
+    if getattr(config, "model_type", None) is None:
+        return None
+    lengths = [length for args, kwargs in batches if (length := sequence_length(args, kwargs)) is not None]
+    if not lengths:
+        return None
+    longest = max(lengths)
+    for name, size in windows(config):
+        if longest <= size:
+            return (
+                f"config.{name} = {size} of {type(model).__name__}, but no example batch is longer than that (the "
+                f"longest has {longest} tokens), so verifying on them cannot show what the window or chunk changes; "
+                f"add a batch of more than {size} tokens (example_inputs takes a list of batches)"
+            )
+    return None
+
+
 def window_length(config: Any) -> int | None:
     """A sequence length longer than any window the config names (at least twice the largest, plus one, in whole
     blocks where it names a block size), within its position limit; ``None`` when it names none."""
-    windows = []
-    for name in WINDOW_FIELDS:
-        value = getattr(config, name, None)
-        windows += [v for v in (value if isinstance(value, (list, tuple)) else [value]) if is_int(v) and v > 0]
-    if not windows:
+    sizes = [size for _, size in windows(config)]
+    if not sizes:
         return None
-    length = 2 * max(windows) + 1
+    length = 2 * max(sizes) + 1
     block = getattr(config, "block_size", None)
     if is_int(block) and block > 0:  # BigBird attends in blocks: its sparse path needs (5 + 2r) blocks and more
         length = max(length, (6 + 2 * getattr(config, "num_random_blocks", 0)) * block)

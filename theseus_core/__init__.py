@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .engine import Theseus, replace_
     from .planning import copy_module, even_group_sizes, group_sizes_for, plan
+    from .prepare import register_example_check
     from .registry import (
         DEFAULT_REGISTRY,
         SuccessorRegistry,
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 _MODULES = {
     "engine": ("Theseus", "replace_"),
     "planning": ("copy_module", "even_group_sizes", "group_sizes_for", "plan"),
+    "prepare": ("register_example_check",),
     "registry": (
         "DEFAULT_REGISTRY",
         "SuccessorRegistry",
@@ -72,6 +74,7 @@ __all__ = [
     "list_successors",
     "plan",
     "primary_output",
+    "register_example_check",
     "register_successor",
     "registered_successor",
     "replace_",

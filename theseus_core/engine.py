@@ -17,7 +17,15 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from .prepare import Prepared, check_arguments, check_eval_route, check_successors, example_batches, prepare
+from .prepare import (
+    Prepared,
+    check_arguments,
+    check_eval_route,
+    check_examples,
+    check_successors,
+    example_batches,
+    prepare,
+)
 from .registry import SuccessorRegistry
 from .runs import ModelState
 from .site import PredecessorChain, ReplacementSite, Router, boundary_width
@@ -83,9 +91,12 @@ def replace_(
             them nothing is verified: a model whose code hands state between the
             layers of a group (T5's position_bias) or indexes its layers would be
             accepted and then be wrong. Verification sees only the batches it gets:
-            a sliding window shorter than their sequences changes nothing, so give
-            one batch longer than any window. The runs leave the model, its buffers
-            and the RNG as they were.
+            a sliding window longer than their sequences changes nothing, so give
+            one batch longer than any window; the example checks adapters register
+            (`register_example_check`; `theseus_adapters.hf`: every window, chunk or
+            bucket size the model's config names) refuse batches that do not,
+            naming the config field. The runs leave the model, its buffers and the
+            RNG as they were.
         compile: ``True`` or a dict of ``torch.compile`` options: compile the model
             and each branch of each site separately, so that changing routes never
             recompiles. Shapes are static (``dynamic=False``) unless the dict sets
@@ -103,7 +114,8 @@ def replace_(
         TypeError, ValueError, LookupError: Bad specs or arguments, with the
             path at fault and what to do; the model is then unchanged.
         VerificationError: (a ``ValueError``) the verification run did not
-            reproduce the original; the model is then unchanged.
+            reproduce the original, or a registered example check refused the
+            batches; the model is then unchanged.
     """
     compile_options = check_arguments(model, specs, seed, eval_route, compile, example_inputs, example_kwargs)
     if registry is not None and not isinstance(registry, SuccessorRegistry):
@@ -113,6 +125,7 @@ def replace_(
     run = None
     batches = example_batches(example_inputs, example_kwargs, specs)
     if batches:
+        check_examples(model, batches)
         run = ExampleRun(model, batches, int(seed), frozen)
         reference = run_original(run, [item.group for item in prepared], predecessor_eval)
         check_successors(prepared, reference.group_inputs, reference.group_outputs)

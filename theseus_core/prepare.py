@@ -3,7 +3,7 @@ and check the successors. Nothing here mutates the model; every error names the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from numbers import Integral
 from typing import Any
@@ -115,6 +115,38 @@ def example_batches(example_inputs: Any, example_kwargs: Any, specs: Any) -> lis
     if more is not None:
         batches += [(tuple(args), dict(kwargs)) for args, kwargs in more(*batches[0])]
     return batches
+
+
+ExampleCheck = Callable[[nn.Module, list[tuple[tuple, dict[str, Any]]]], str | None]
+"""``check(model, batches)``: why the example batches cannot verify this model (a config field naming a window
+longer than every batch), or ``None``."""
+
+_EXAMPLE_CHECKS: list[ExampleCheck] = []
+
+
+def register_example_check(check: ExampleCheck) -> ExampleCheck:
+    """Registers a check that every `replace_` with example batches runs on the model and all its batches (the
+    user's and the plan's `Plan.more_examples`) before anything changes, whatever made the specs (`plan` or an
+    adapter). Adapters register what their family's config says the batches must cover (`theseus_adapters.hf`:
+    every window, chunk or bucket size a config names must be exceeded by one batch). Usable as a decorator.
+
+    Raises:
+        ValueError: ``check`` is registered already.
+    """
+    if check in _EXAMPLE_CHECKS:
+        raise ValueError(f"{getattr(check, '__qualname__', check)!r} is registered as an example check already")
+    _EXAMPLE_CHECKS.append(check)
+    return check
+
+
+def check_examples(model: nn.Module, batches: list[tuple[tuple, dict[str, Any]]]) -> None:
+    """Runs the registered example checks; the first reason refuses the batches (`VerificationError`)."""
+    from .verify import VerificationError
+
+    for check in _EXAMPLE_CHECKS:
+        reason = check(model, batches)
+        if reason is not None:
+            raise VerificationError(f"{reason}. The model is unchanged.")
 
 
 def compile_options(compile: Any) -> dict[str, Any] | None:

@@ -39,9 +39,10 @@ def copied(value: Any) -> Any:
 
 
 def tensors(value: Any) -> list[torch.Tensor]:
-    """The tensors in an output, in order (tuples, lists, mappings; other objects are skipped)."""
+    """The tensors in an output, in order (tuples, lists, mappings; other objects are skipped; a nested tensor, as
+    ``nn.TransformerEncoder``'s fast path hands its layers, by its components)."""
     if isinstance(value, torch.Tensor):
-        return [value]
+        return list(value.unbind()) if value.is_nested else [value]
     if isinstance(value, (tuple, list)):
         return [t for item in value for t in tensors(item)]
     if isinstance(value, Mapping):

@@ -475,3 +475,25 @@ def test_boundary_widths_follow_the_weight_layout(unit, inputs, projection):
     spec = th.ModuleSpec("[0:2]", lambda group: unit(8, 4), out_proj="linear")
     assert_replacement_equivalence(model, [spec], (inputs,))
     assert isinstance(th.replace_(model, [spec]).sites[0].successor.out_proj, projection)
+
+
+def test_a_registered_example_check_refuses_the_batches_before_any_change():
+    from theseus_core import prepare
+
+    def needs_eight_rows(model, batches):
+        rows = max(args[0].shape[0] for args, _ in batches)
+        return None if rows > 8 else f"model.rows = 8, and the longest batch has {rows} rows"
+
+    th.register_example_check(needs_eight_rows)
+    try:
+        with pytest.raises(ValueError, match="registered as an example check already"):
+            th.register_example_check(needs_eight_rows)
+        model = ToyStack()
+        specs = [th.ModuleSpec("blocks[0:2]", th.copy_module(0))]
+        before = snapshot(model)
+        with pytest.raises(th.VerificationError, match=r"^model.rows = 8, and the longest batch has 4 rows\. The "):
+            th.replace_(model, specs, example_inputs=(torch.randn(4, 8),))
+        assert_untouched(model, before)
+        th.replace_(model, specs, example_inputs=[(torch.randn(4, 8),), (torch.randn(9, 8),)]).restore()
+    finally:
+        prepare._EXAMPLE_CHECKS.remove(needs_eight_rows)
