@@ -211,7 +211,7 @@ def check_finalized(run: ExampleRun, expected: Sequence[Any]) -> None:
         try:
             output = run(Trace(), batch, False, lambda: None).output
         except Exception as error:
-            cause = str(error).strip().splitlines()[0] if str(error).strip() else "no message"
+            cause = " ".join(str(error).split())[:300] or "no message"  # one line
             raise VerificationError(
                 f"the finalized model raised {type(error).__name__} on {where}, which the model at rate 1 ran: "
                 f"{cause}; {undo}"

@@ -344,8 +344,15 @@ class CausalLMTask:
         raise ExportRefusedError("the causal_lm family deploys to llama.cpp (GGUF), not ONNX: see `make bench-deploy`")
 
     def export(self, model: nn.Module, directory: Path) -> list[Path]:
-        """``save_pretrained`` of the model and the tokenizer: ``AutoModelForCausalLM`` loads it."""
+        """``save_pretrained`` of the model and the tokenizer: ``AutoModelForCausalLM`` loads it with every key and
+        computes what ``model`` does, or the export refuses (`theseus_zoo.tasks.exported.hold_export`)."""
+        from transformers import AutoModelForCausalLM
+
+        from .exported import hold_export, strictly
+
         directory.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(directory)
         self.tokenizer().save_pretrained(directory)
-        return sorted(path for path in directory.iterdir() if path.is_file())
+        files = sorted(path for path in directory.iterdir() if path.is_file())
+        reload = lambda: strictly(AutoModelForCausalLM.from_pretrained(directory, output_loading_info=True))  # noqa: E731
+        return hold_export(files, model, reload, self.forward, self.latency_batch())

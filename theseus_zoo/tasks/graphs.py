@@ -63,6 +63,7 @@ import theseus_core as th
 from .. import metrics
 from ..data.assets import MissingAssetError
 from ..data.graphs import DATASETS, FEATURES, NodeGraph, build_graph
+from .exported import hold_export
 from .options import parse_options
 
 MODELS = {"gcn": "GCN", "sage": "GraphSAGE", "gin": "GIN", "gat": "GAT"}
@@ -270,7 +271,8 @@ class GraphTask:
 
     def export(self, model: nn.Module, directory: Path) -> list[Path]:
         """``model.pt`` (a state_dict) and ``config.json``: ``torch_geometric.nn.<MODELS[model]>(**config)`` loads it
-        with ``strict=True`` (``GCN`` for ``"gcn"``, ``GraphSAGE`` for ``"sage"``, ...)."""
+        with ``strict=True`` (``GCN`` for ``"gcn"``, ``GraphSAGE`` for ``"sage"``, ...), and computes what ``model``
+        does, or the export refuses (`theseus_zoo.tasks.exported.hold_export`)."""
         import torch_geometric.nn
 
         expected = getattr(torch_geometric.nn, MODELS[self.model_name])
@@ -280,4 +282,10 @@ class GraphTask:
         weights, config = directory / "model.pt", directory / "config.json"
         torch.save(model.state_dict(), weights)
         config.write_text(json.dumps(self.config(model.num_layers), indent=2) + "\n")
-        return [weights, config]
+
+        def reload() -> nn.Module:
+            reloaded = expected(**json.loads(config.read_text()))
+            reloaded.load_state_dict(torch.load(weights, weights_only=True), strict=True)
+            return reloaded
+
+        return hold_export([weights, config], model, reload, self.forward, self.latency_batch())

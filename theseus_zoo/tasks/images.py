@@ -76,6 +76,7 @@ from ..data.fashion_mnist import (
     to_inputs,
 )
 from . import ScoresAccuracy
+from .exported import hold_export
 from .options import parse_options
 
 ARCHITECTURES = {  # torchvision constructor -> (residual block class, blocks per stage)
@@ -353,9 +354,11 @@ class ResNetTask(ScoresAccuracy):
 
     def export(self, model: nn.Module, directory: Path) -> list[Path]:
         """``model.pt`` (a state_dict) and ``config.json``: ``torchvision.models.resnet18(num_classes=10)`` loads
-        the default recipe's model with ``strict=True`` (`load_exported` reads the config)."""
+        the default recipe's model with ``strict=True`` (`load_exported` reads the config), and computes what ``model``
+        does, or the export refuses (`theseus_zoo.tasks.exported.hold_export`)."""
         directory.mkdir(parents=True, exist_ok=True)
         weights, config = directory / "model.pt", directory / "config.json"
         torch.save(model.state_dict(), weights)
         config.write_text(json.dumps(self.config(model), indent=2) + "\n")
-        return [weights, config]
+        reload = lambda: load_exported(directory)  # noqa: E731 - strict
+        return hold_export([weights, config], model, reload, self.forward, self.latency_batch()[:8])

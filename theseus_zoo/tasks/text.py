@@ -21,6 +21,7 @@ from torch import nn
 
 import theseus_core as th
 
+from .exported import hold_export, strictly
 from .options import parse_options
 from .text_data import TextData
 from .text_options import DATASETS, OWN_LABELS, ROTTEN_TOMATOES_LABELS, WEIGHT_BITS, TextOptions
@@ -435,7 +436,8 @@ class TextClassificationTask(TextData):
     def export(self, model: nn.Module, directory: Path) -> list[Path]:
         """``save_pretrained`` of the model and the tokenizer: ``AutoModelForSequenceClassification`` loads it. A
         quantized model is written by `theseus_quant.save_quantized` instead (2 or 1 bits a weight plus scales, and
-        ``quantization.json``) with its config and the tokenizer; `load_exported` rebuilds it."""
+        ``quantization.json``) with its config and the tokenizer; `load_exported` rebuilds it. Either reloads with
+        every key and computes what ``model`` does, or the export refuses (`theseus_zoo.tasks.exported.hold_export`)."""
         directory.mkdir(parents=True, exist_ok=True)
         if _quantized_layers(model):
             from theseus_quant import save_quantized
@@ -445,7 +447,8 @@ class TextClassificationTask(TextData):
         else:
             model.save_pretrained(directory)
         self.tokenizer().save_pretrained(directory)
-        return sorted(path for path in directory.iterdir() if path.is_file())
+        files = sorted(path for path in directory.iterdir() if path.is_file())
+        return hold_export(files, model, lambda: load_exported(directory), self.forward, self.latency_batch())
 
 
 def _quantized_layers(model: nn.Module, ternary_only: bool = False) -> dict[str, str]:
@@ -464,7 +467,7 @@ def load_exported(directory: str | Path) -> nn.Module:
 
     directory = Path(directory)
     if not (directory / QUANTIZATION).exists():
-        return AutoModelForSequenceClassification.from_pretrained(directory)
+        return strictly(AutoModelForSequenceClassification.from_pretrained(directory, output_loading_info=True))
     from theseus_quant import load_quantized
 
     config = AutoConfig.from_pretrained(directory)

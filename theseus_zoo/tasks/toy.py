@@ -23,6 +23,7 @@ import theseus_core as th
 from theseus_core.testing import ToyStack
 
 from . import ScoresAccuracy
+from .exported import hold_export
 from .options import parse_options
 
 NUM_FEATURES, NUM_CLASSES = 16, 4
@@ -137,12 +138,19 @@ class ToyTask(ScoresAccuracy):
         return (self.latency_batch()[:8],), {}
 
     def export(self, model: nn.Module, directory: Path) -> list[Path]:
-        """``model.pt`` (a state_dict) and ``config.json``: ``ToyStack(**config)`` loads it with strict=True."""
+        """``model.pt`` (a state_dict) and ``config.json``: ``ToyStack(**config)`` loads it with strict=True, and
+        computes what ``model`` does, or the export refuses (`theseus_zoo.tasks.exported.hold_export`)."""
         directory.mkdir(parents=True, exist_ok=True)
         weights, config = directory / "model.pt", directory / "config.json"
         torch.save(model.state_dict(), weights)
         config.write_text(json.dumps(self.config(len(model.blocks)), indent=2) + "\n")
-        return [weights, config]
+
+        def reload() -> nn.Module:
+            reloaded = ToyStack(**json.loads(config.read_text()))
+            reloaded.load_state_dict(torch.load(weights, weights_only=True), strict=True)
+            return reloaded
+
+        return hold_export([weights, config], model, reload, self.forward, self.latency_batch())
 
 
 def _device(model: nn.Module) -> torch.device:

@@ -52,6 +52,27 @@ def test_compress_writes_report_plot_metrics_and_an_ordinary_model(tmp_path, cap
     assert "| theseus |" in capsys.readouterr().out
 
 
+def test_an_export_gives_its_files_one_mode_and_refuses_what_does_not_reload(tmp_path):
+    from theseus_zoo.tasks.exported import ExportRefusedError, file_mode
+
+    task = toy.ToyTask({}, 0)
+    torch.manual_seed(0)
+    model = ToyStack(**task.config(3))
+    files = task.export(model, tmp_path / "model")
+    assert {path.stat().st_mode & 0o777 for path in files} == {file_mode()}
+    (tmp_path / "model" / "model.pt").chmod(0o600)  # as safetensors writes it
+    files = task.export(model, tmp_path / "model")
+    assert {path.stat().st_mode & 0o777 for path in files} == {file_mode()}
+    unsaved = ToyStack(**task.config(3))
+    unsaved.blocks[0].norm.eps = 1.0  # changes the outputs; no file records it
+    extra = ToyStack(**task.config(3))
+    extra.register_buffer("stray", torch.zeros(1))  # a key ToyStack(**config) does not have
+    for broken, cause in ((unsaved, r"outputs differ .* by up to"), (extra, r"Unexpected key\(s\).*stray")):
+        with pytest.raises(ExportRefusedError, match=rf"^export refused: .*{cause}.*files were removed$") as refused:
+            task.export(broken, tmp_path / "broken")
+        assert "\n" not in str(refused.value) and not list((tmp_path / "broken").iterdir())
+
+
 def test_a_resumed_run_ends_exactly_where_an_uninterrupted_one_does(tmp_path, monkeypatch):
     assert compress(tmp_path, "whole") == 0
     original_criterion = toy.ToyTask.criterion
