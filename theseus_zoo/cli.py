@@ -177,10 +177,10 @@ def _settings(args: argparse.Namespace) -> None:
 
 def _own_data(recipe: Recipe, overrides_description: bool) -> Recipe:
     """A recipe run on the user's own data says so: its description (the report's second line) becomes what was
-    read (file, columns, classes, split, rows dropped), printed with what was inferred about the labels, for a
-    family that describes its data (`theseus_zoo.tasks.protocols.DescribesData`). A recipe on its own dataset, one
-    whose description the config sets, and a file that fails to load (the run's check then names the problem,
-    once) are left as they are."""
+    read (file, columns, classes, split, rows dropped) and its warnings (a class with few examples), printed with what
+    was inferred about the labels and the warnings, for a family that describes its data
+    (`theseus_zoo.tasks.protocols.DescribesData`). A recipe on its own dataset, one whose description the config sets,
+    and a file that fails to load (the run's check then names the problem, once) are left as they are."""
     if overrides_description:
         return recipe
     from .tasks import build_task
@@ -192,6 +192,7 @@ def _own_data(recipe: Recipe, overrides_description: bool) -> Recipe:
             return recipe
         description = task.describe_data()
         inference = task.label_inference()
+        warnings = task.data_warnings()
     except (ValueError, FileNotFoundError):  # the run raises it again, printed once under torchrun
         return recipe
     if description is None:
@@ -200,9 +201,14 @@ def _own_data(recipe: Recipe, overrides_description: bool) -> Recipe:
         print(f"theseus: your data: {description}", flush=True)  # rows dropped for a missing label counted there
         if inference is not None:
             print(f"theseus: {inference}", flush=True)
+        for warning in warnings:
+            print(f"theseus: warning: {warning}", flush=True)
+    warned = "".join(f" Warning: {warning}." for warning in warnings)  # the report's second line
     dataset = recipe.options.get("dataset")  # the report's title: the user's file, not the recipe it borrowed
     title = {"name": Path(str(dataset)).name} if dataset is not None else {}
-    return recipe.with_overrides({**title, "description": f"Recipe {recipe.name} on the user's data. {description}"})
+    return recipe.with_overrides(
+        {**title, "description": f"Recipe {recipe.name} on the user's data. {description}{warned}"}
+    )
 
 
 def _extras(module: str) -> list[str]:

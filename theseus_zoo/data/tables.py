@@ -47,19 +47,24 @@ MISSING = ("", "nan", "na", "n/a", "null")
 """Cells that are a missing label (stripped, any case), as spreadsheets and pandas write them."""
 MAX_INFERRED_CLASSES = 20
 """The most different integer labels that are inferred to be classes (more: set ``labels``)."""
+RARE_EXAMPLES, RARE_FRACTION = 5, 0.01
+"""A class with fewer examples than this, or under this fraction of the rows, gets a warning (`Table.warnings`): a
+stray label (one ``0.5`` among integers) makes a class a classifier cannot learn."""
 
 
 @dataclass(frozen=True)
 class Table:
     """A loaded table: the splits (columns ``text``, maybe ``text_pair``, ``label``), the class names (``None`` for
     a regression), what was inferred about the labels (``None`` when ``labels`` was given), the row numbers dropped
-    for a missing label (``missing="drop"``), and a description of the file for a report."""
+    for a missing label (``missing="drop"``), a description of the file for a report, and warnings a run prints and
+    puts in its report (a class with few examples)."""
 
     splits: datasets.DatasetDict
     label_names: tuple[str, ...] | None
     inference: str | None = None
     dropped: tuple[int, ...] = ()
     description: str = ""
+    warnings: tuple[str, ...] = ()
 
     @property
     def num_labels(self) -> int:
@@ -305,6 +310,7 @@ def load_table(
     if not rows:
         raise ValueError(f"{path}: no row has a label in {label_column!r}")
     kind, numbers, inference = _label_kind(path, label_column, [(n, row[label_column]) for n, row in rows], labels)
+    warnings: tuple[str, ...] = ()
     if kind == "regression":
         values = [float(x) for x in numbers or ()]
         label_names = None
@@ -324,6 +330,9 @@ def load_table(
         labelled = [index[name] for name in names]
         label_names = tuple(classes)
         strata = labelled
+        warnings = _rare_classes(
+            path, label_column, [(number, name) for (number, _), name in zip(rows, names, strict=True)]
+        )
     examples = [
         {
             "id": number,
@@ -395,4 +404,27 @@ def load_table(
         inference=inference,
         dropped=dropped,
         description=description,
+        warnings=warnings,
+    )
+
+
+def _rare_classes(path: Path, column: str, named: list[tuple[int, str]]) -> tuple[str, ...]:
+    """One warning line for the classes with fewer than `RARE_EXAMPLES` examples or under `RARE_FRACTION` of the rows
+    (naming their rows when there are few), or none."""
+    counts: dict[str, list[int]] = {}
+    for number, name in named:
+        counts.setdefault(name, []).append(number)
+    rare = [(name, rows) for name, rows in counts.items() if len(rows) < max(RARE_EXAMPLES, RARE_FRACTION * len(named))]
+    if not rare:
+        return ()
+    shown = []
+    for name, rows in sorted(rare, key=lambda item: len(item[1]))[:5]:
+        where = f" ({_rows_named([(row, name) for row in rows], 3)})" if len(rows) <= 3 else ""
+        shown.append(f"{name!r}: {_count(len(rows), 'example')}{where}")
+    more = f" and {len(rare) - 5} more" if len(rare) > 5 else ""
+    return (
+        f"{path.name}: {len(rare)} class{'es' if len(rare) > 1 else ''} in {column!r} with fewer than "
+        f"{RARE_EXAMPLES} examples or under "
+        f"{RARE_FRACTION:.0%} of the {len(named):,} rows, which a classifier can hardly learn: {'; '.join(shown)}"
+        f"{more}; check those labels, or drop the rows",
     )

@@ -108,6 +108,9 @@ class DescribesData(Protocol):
     def label_inference(self) -> str | None:
         """What was inferred about the labels when the options left them out, as a line; else ``None``."""
 
+    def data_warnings(self) -> tuple[str, ...]:
+        """Lines to warn about in the user's data (a class with few examples); ``()`` for a built-in dataset."""
+
 
 def scores_examples(task: object) -> bool:
     """Whether ``task`` gives per-example predictions for these options (`ScoresExamples`)."""

@@ -67,6 +67,12 @@ class TextData:
             return None
         return self._load_table().description
 
+    def data_warnings(self) -> tuple[str, ...]:
+        """For the user's own data, lines to warn about (a class with few examples, `theseus_zoo.data.tables`)."""
+        if self.glue is not None or self.dataset_name in ("rotten-tomatoes", "bbc-news"):
+            return ()
+        return self._load_table().warnings
+
     def label_inference(self) -> str | None:
         """What was inferred about the user's labels (``labels`` left out), as a line to print; else ``None``."""
         if self.glue is not None or self.dataset_name in ("rotten-tomatoes", "bbc-news"):

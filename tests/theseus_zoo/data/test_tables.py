@@ -235,3 +235,13 @@ def test_the_real_bbc_asset():
     except MissingAssetError:
         pytest.skip("BBC News asset not fetched (theseus fetch bbc-news)")
     assert {name: split.num_rows for name, split in splits.items()} == {"train": 1779, "validation": 223, "test": 223}
+
+
+def test_only_a_class_with_few_examples_or_under_a_percent_of_the_rows_is_warned_about(tmp_path):
+    balanced = write(tmp_path / "balanced.csv", rows(60))
+    assert tables.load_table(balanced).warnings == ()
+    many = rows(600, labels=("pos", "neg")) + rows(5, labels=("mid",))  # 5 examples, under 1% of 605 rows
+    many += rows(1, labels=("odd",))
+    [warning] = tables.load_table(write(tmp_path / "many.csv", many)).warnings
+    assert warning.startswith("many.csv: 2 classes in 'label' with fewer than 5 examples or under 1% of the 606 rows")
+    assert "'odd': 1 example (row 607 ('odd')); 'mid': 5 examples;" in warning

@@ -332,3 +332,19 @@ def test_binary_on_own_data_means_two_classes(tmp_path):
         match=r"labels='binary' asks for two classes; .*three\.csv has 3 \(a, b, c\): set labels to 'classes'",
     ):
         _ = task.label_names
+
+
+def test_a_class_with_few_examples_is_warned_on_the_console_and_in_the_report(tiny_model, tmp_path, capsys):
+    from theseus_zoo.recipes import get_recipe
+
+    grades = tmp_path / "grades.jsonl"  # one "0.5" among integer labels: a third class of one example
+    records = [{"text": s, "label": y} for s, y in sentences(60, 4)] + [{"text": "a film", "label": 0.5}]
+    grades.write_text("".join(json.dumps(record) + "\n" for record in records))
+    options = {"model": str(tiny_model), "dataset": str(grades), "labels": "classes"}
+    recipe = cli._own_data(get_recipe("minilm-rotten-tomatoes").with_overrides({"options": options}), False)
+    warning = (
+        "grades.jsonl: 1 class in 'label' with fewer than 5 examples or under 1% of the 61 rows, which a classifier "
+        "can hardly learn: '0.5': 1 example (row 61 ('0.5')); check those labels, or drop the rows"
+    )
+    assert f"theseus: warning: {warning}\n" in capsys.readouterr().out
+    assert recipe.description.endswith(f" Warning: {warning}.")  # the second line of report.md
