@@ -1,6 +1,7 @@
 """The statistics of reports and benchmarks, in one place: bootstrap standard errors and percentile intervals over
-test examples, paired differences over examples and over seeds, ratios of geometric means (log-ratios), and the
-Student-t interval of a mean over seeds.
+test examples, paired differences over examples and over seeds, ratios of geometric means (log-ratios), the
+Student-t interval of a mean over seeds, and the verdicts the results pages may state: ahead / behind by that
+interval, ``equivalent`` only by a two one-sided test (`tost`) against a stated margin.
 
 Every bootstrap here resamples test examples with replacement, ``resamples`` times, and evaluates a statistic of the
 chosen indices. Which indices are drawn, and in which arithmetic the resampled values are reduced, is the
@@ -212,3 +213,55 @@ def seed_verdict(interval: tuple[float, float] | None, seeds: int) -> str:
         return {1: "one seed: no verdict", 2: "two seeds: no verdict"}.get(seeds, "no verdict")
     low, high = interval
     return "ahead" if low > 0 else "behind" if high < 0 else "not distinguishable"
+
+
+EQUIVALENCE_MARGIN = 0.5
+"""The margin of `tost` in the results pages, in points of the test metric: a difference inside ±0.5 points is one
+the pages call ``equivalent`` when the test says so."""
+
+EQUIVALENCE_ALPHA = 0.05
+"""The level of each one-sided test of `tost`."""
+
+
+def tost(values: Sequence[float], margin: float, alpha: float = EQUIVALENCE_ALPHA) -> dict[str, Any]:
+    """Two one-sided t tests (Schuirmann's TOST) that the mean of ``values`` (per-seed differences) lies inside
+    ``(-margin, +margin)``: ``{"p_value", "low", "high", "equivalent"}``. ``p_value`` is the larger of the two
+    one-sided p-values (H0: mean <= -margin; H0: mean >= +margin), ``equivalent`` is ``p_value < alpha``, and
+    ``(low, high)`` is the ``1 - 2 alpha`` t interval of the mean (90% for alpha 0.05), which lies inside the margins
+    exactly when the test says equivalent. Needs two values or more and a positive margin, and scipy (a dev extra)."""
+    from scipy import stats as distributions
+
+    if len(values) < 2:
+        raise ValueError(f"an equivalence test needs two values or more, got {len(values)}")
+    if not margin > 0:
+        raise ValueError(f"an equivalence margin must be positive, got {margin}")
+    mean, spread = statistics.mean(values), statistics.stdev(values)
+    degrees = len(values) - 1
+    if spread == 0:  # every seed the same difference: no doubt about the mean
+        p_value = 0.0 if -margin < mean < margin else 1.0
+        low = high = mean
+    else:
+        error = spread / math.sqrt(len(values))
+        above_lower = float(distributions.t.sf((mean + margin) / error, degrees))  # H0: mean <= -margin
+        below_upper = float(distributions.t.cdf((mean - margin) / error, degrees))  # H0: mean >= +margin
+        p_value = max(above_lower, below_upper)
+        half = distributions.t.ppf(1 - alpha, degrees) * error
+        low, high = mean - half, mean + half
+    return {"p_value": p_value, "low": low, "high": high, "equivalent": p_value < alpha}
+
+
+VERDICTS = ("ahead", "behind", "not distinguishable", "equivalent")
+"""The words a comparison over seeds may be given (`verdict`)."""
+
+
+def verdict(values: Sequence[float], margin: float = EQUIVALENCE_MARGIN, level: float = 0.95) -> str | None:
+    """The verdict on per-seed differences (a minus b): ``None`` below `SEED_VERDICT_MINIMUM` seeds; ``"ahead"`` /
+    ``"behind"`` when the ``level`` t interval over seeds (`t_interval`) excludes 0; otherwise ``"equivalent"`` when
+    `tost` at ``margin`` (alpha ``(1 - level)``, 0.05 for 95%) says so, else ``"not distinguishable"``. A difference
+    the interval detects is never hidden behind ``equivalent``."""
+    if len(values) < SEED_VERDICT_MINIMUM:
+        return None
+    low, high = t_interval(values, level)
+    if low > 0 or high < 0:
+        return "ahead" if low > 0 else "behind"
+    return "equivalent" if tost(values, margin, alpha=round(1 - level, 12))["equivalent"] else "not distinguishable"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 
 import numpy as np
 import pytest
@@ -123,3 +124,65 @@ def test_a_t_interval_over_seeds_is_centred_on_the_mean_and_wider_than_the_sprea
     assert stats.t_interval([0.5, 0.5, 0.5]) == (0.5, 0.5)
     with pytest.raises(ValueError, match="two values or more"):
         stats.t_interval([0.1])
+
+
+def test_tost_on_a_worked_example_gives_the_closed_form_p_value():
+    """Three seeds at -0.1, 0, +0.1 against ±0.5: t = 0.5 / (0.1 / sqrt 3) = 5 sqrt 3 on 2 degrees of freedom, whose
+    upper tail is (1 - t / sqrt(2 + t^2)) / 2 in closed form."""
+    result = stats.tost([-0.1, 0.0, 0.1], margin=0.5)
+    t = 5 * math.sqrt(3)
+    assert result["p_value"] == pytest.approx((1 - t / math.sqrt(2 + t * t)) / 2, rel=1e-9)
+    assert result["equivalent"] and result["low"] < 0 < result["high"]
+    assert not stats.tost([-0.1, 0.0, 0.1], margin=0.05)["equivalent"]
+
+
+def test_tost_refuses_one_value_and_a_margin_that_is_not_positive():
+    with pytest.raises(ValueError, match="two values"):
+        stats.tost([0.1], margin=0.5)
+    with pytest.raises(ValueError, match="positive"):
+        stats.tost([0.1, 0.2], margin=0.0)
+
+
+differences = st.lists(st.floats(-3, 3, allow_nan=False).map(lambda x: round(x, 3)), min_size=2, max_size=8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=differences, margin=st.floats(0.05, 3).map(lambda x: round(x, 3)))
+def test_tost_is_equivalent_exactly_when_the_90_percent_t_interval_lies_inside_the_margins(values, margin):
+    """The duality that makes TOST at alpha 0.05 the 90% interval's test, checked against `t_interval` at 90%, the
+    same on the mirrored differences, and never equivalent with the mean outside the margins."""
+    result = stats.tost(values, margin)
+    if statistics.stdev(values) > 0:
+        low, high = stats.t_interval(values, level=0.90)
+        assert result["low"] == pytest.approx(low, abs=1e-9) and result["high"] == pytest.approx(high, abs=1e-9)
+        if min(abs(low + margin), abs(high - margin)) > 1e-9:  # not on a margin to float precision
+            assert result["equivalent"] == (-margin < low and high < margin)
+    mirrored = stats.tost([-value for value in values], margin)
+    assert mirrored["p_value"] == pytest.approx(result["p_value"], abs=1e-9)
+    assert 0.0 <= result["p_value"] <= 1.0
+    if abs(statistics.mean(values)) >= margin:
+        assert not result["equivalent"]
+    wider = stats.tost(values, margin * 2)
+    assert wider["p_value"] <= result["p_value"] + 1e-12  # a wider margin is never harder to meet
+
+
+@settings(max_examples=100, deadline=None)
+@given(values=differences)
+def test_a_verdict_needs_three_seeds_and_equivalent_needs_the_test(values):
+    verdict = stats.verdict(values)
+    if len(values) < stats.SEED_VERDICT_MINIMUM:
+        assert verdict is None
+        return
+    assert verdict in stats.VERDICTS
+    low, high = stats.t_interval(values)
+    if verdict == "equivalent":
+        assert stats.tost(values, stats.EQUIVALENCE_MARGIN)["equivalent"] and low <= 0 <= high
+    if verdict in ("ahead", "behind"):
+        assert (low > 0) == (verdict == "ahead") and (high < 0) == (verdict == "behind")
+
+
+def test_close_seeds_inside_the_margin_are_equivalent_and_a_wide_spread_is_not_distinguishable():
+    assert stats.verdict([-0.1, 0.05, 0.0, 0.1, -0.05]) == "equivalent"
+    assert stats.verdict([-1.0, 1.2, 0.3, -0.9, 0.4]) == "not distinguishable"
+    assert stats.verdict([0.3, 0.35, 0.4]) == "ahead"  # a detected difference stays one, inside the margin too
+    assert stats.verdict([0.1, -0.1]) is None
