@@ -54,19 +54,13 @@ def rows_of(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("tables", nargs="*", type=Path, help="recipe-*.json (default: every one in results/)")
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args(argv)
-    tables = args.tables or sorted(RESULTS.glob("recipe-*.json"))
-    rows = [row for table in tables for row in rows_of(table)]
-    command = "python -m benchmarks.seed_intervals " + shlex.join(sys.argv[1:] if argv is None else argv)
+def markdown(rows: list[dict[str, Any]], command: str) -> str:
+    """The table of `rows_of` rows (``seed-intervals.md``): a function of the JSON alone, so that it regenerates."""
 
     def interval(pair: list[float] | None) -> str:
         return f"[{pair[0]:+.2f}, {pair[1]:+.2f}]" if pair is not None else "—"
 
-    markdown = "\n".join(
+    return "\n".join(
         [
             "# Seed-level intervals of the archived recipe tables\n",
             "Points of the test metric, Theseus minus the other model: the mean over seeds, the 95% paired bootstrap "
@@ -91,8 +85,22 @@ def main(argv: list[str] | None = None) -> None:
             f"\nCommand: `{command}`.\n",
         ]
     )
-    write_report({"command": command, "environment": environment(), "rows": rows}, args.out, "seed-intervals", markdown)
-    print(markdown)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("tables", nargs="*", type=Path, help="recipe-*.json (default: every one in results/)")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    tables = args.tables or sorted(RESULTS.glob("recipe-*.json"))
+    rows = [row for table in tables for row in rows_of(table)]
+    command = "python -m benchmarks.seed_intervals " + shlex.join(sys.argv[1:] if argv is None else argv)
+
+    markdown_text = markdown(rows, command)
+    write_report(
+        {"command": command, "environment": environment(), "rows": rows}, args.out, "seed-intervals", markdown_text
+    )
+    print(markdown_text)
 
 
 if __name__ == "__main__":
