@@ -333,6 +333,61 @@ def markdown(summary: dict[str, Any], name: str, command: str) -> str:
     )
 
 
+def setting_label(setting: str) -> str:
+    """A grid point as the pages say it: ``4e-2-b0.5-one50`` is "lr 4e-2, b 0.5, p = 1 at 50"."""
+    lr, *schedule = setting.split("-b")
+    if not schedule:
+        return f"lr {lr}"
+    base, one = schedule[0].split("-one")
+    return f"lr {lr}, b {base}, p = 1 at {one}"
+
+
+def summary_table(summary: dict[str, Any], versus: tuple[str, ...] = ("baseline:kd", "baseline:truncated")) -> str:
+    """The short table of a results page from a ``methods-<name>.json``: every method at its dev choice, its mean test
+    metric, each Theseus variant minus ``versus`` (points, mean and 95% t interval over seeds) and its wall-clock over
+    plain Theseus'. Reads the current JSON and the one written before grid points were settings (``dev_by_lr``)."""
+    methods, comparisons = summary["methods"], summary["comparisons"]
+
+    def interval(comparison: dict[str, Any] | None) -> str:
+        if comparison is None:
+            return ""
+        pair = comparison.get("seed_interval")
+        spread = f" [{pair[0]:+.2f}, {pair[1]:+.2f}]" if pair else ""
+        return f"{comparison['mean']:+.2f}{spread}".replace("-", "−")  # the pages' minus sign
+
+    rows = []
+    for model, entry in methods.items():
+        setting = entry.get("setting", entry.get("lr"))
+        role = (
+            " (best variant on dev)"
+            if model == summary["best_theseus"]
+            else " (best alternative on dev)"
+            if model == summary["best_alternative"]
+            else ""
+        )
+        ratio = entry.get("seconds_ratio_to_theseus")
+        rows.append(
+            [
+                f"`{entry['method']}`{role}",
+                setting_label(setting),
+                f"{entry['test_mean']:.3f}",
+                *[interval(comparisons.get(f"{model} − {other}")) for other in versus if other in methods],
+                f"{ratio:.2f}" if ratio else "",
+            ]
+        )
+    names = [methods[other]["method"] for other in versus if other in methods]
+    return markdown_table(
+        [
+            f"method ({len(summary['seeds'])} seeds at every setting)",
+            "chosen on dev",
+            f"test {summary['metric']} (mean)",
+            *[f"minus {name}, points (t over seeds)" for name in names],
+            "wall-clock × Theseus'",
+        ],
+        rows,
+    )
+
+
 def matched_section(summary: dict[str, Any], interval: Callable[[list[float] | None], str]) -> list[str]:
     """The compute-matched comparisons as markdown lines (none without ``--matched``)."""
     if not summary.get("compute_matched"):
