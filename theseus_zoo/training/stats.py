@@ -254,14 +254,17 @@ VERDICTS = ("ahead", "behind", "not distinguishable", "equivalent")
 """The words a comparison over seeds may be given (`verdict`)."""
 
 
-def verdict(values: Sequence[float], margin: float = EQUIVALENCE_MARGIN, level: float = 0.95) -> str | None:
+def verdict(values: Sequence[float], margin: float | None = EQUIVALENCE_MARGIN, level: float = 0.95) -> str | None:
     """The verdict on per-seed differences (a minus b): ``None`` below `SEED_VERDICT_MINIMUM` seeds; ``"ahead"`` /
     ``"behind"`` when the ``level`` t interval over seeds (`t_interval`) excludes 0; otherwise ``"equivalent"`` when
     `tost` at ``margin`` (alpha ``(1 - level)``, 0.05 for 95%) says so, else ``"not distinguishable"``. A difference
-    the interval detects is never hidden behind ``equivalent``."""
+    the interval detects is never hidden behind ``equivalent``; ``margin=None`` (no margin stated for this unit)
+    never says ``equivalent``."""
     if len(values) < SEED_VERDICT_MINIMUM:
         return None
     low, high = t_interval(values, level)
     if low > 0 or high < 0:
         return "ahead" if low > 0 else "behind"
-    return "equivalent" if tost(values, margin, alpha=round(1 - level, 12))["equivalent"] else "not distinguishable"
+    if margin is not None and tost(values, margin, alpha=round(1 - level, 12))["equivalent"]:
+        return "equivalent"
+    return "not distinguishable"
