@@ -1,0 +1,92 @@
+"""The results tables of the README and docs/ are generated from committed JSON (`benchmarks.tables`), the At a glance
+rows carry verdicts from tests, and no page speaks of a tie without an ``equivalent`` row behind it."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from benchmarks import tables
+from theseus_zoo.training import stats
+
+TIE_WORDS = re.compile(r"(?<![-\w])(tie|ties|tied|level)(?![-\w])", re.IGNORECASE)
+BACKED_BY_EQUIVALENT: dict[str, tuple[str, str]] = {}
+"""Sentences (a distinctive part of them) that may say "tie" or "level", each with the At a glance row (setting,
+alternative) whose ``equivalent`` verdict backs it. Empty: the pages say "equivalent" where a row is."""
+
+
+def test_every_generated_table_and_at_a_glance_json_match_their_json():
+    """What ``python -m benchmarks.tables --check`` checks, in CI: each page's generated tables, every table declared
+    generated or not, ``at-a-glance.json``, and the ``benchmarks/results`` tables that render from their JSON."""
+    assert tables.differences() == []
+
+
+def test_the_check_names_a_table_edited_by_hand_and_a_table_declared_nowhere():
+    page = (tables.ROOT / "docs" / "results" / "index.md").read_text()
+    body = tables.tables_of(page)["at-a-glance"]
+    edited = page.replace(body, body.replace("−0.55", "−0.45", 1))
+    assert edited != page
+    assert tables.tables_of(tables.render(edited))["at-a-glance"] != tables.tables_of(edited)["at-a-glance"]
+    assert tables.tables_of(tables.render(edited)) == tables.tables_of(page)
+    assert tables.undeclared_tables("text\n\n| a | b |\n|---|---|\n| 1 | 2 |\n") == [3]
+    with pytest.raises(KeyError, match="no table named"):
+        tables.render("<!-- table: nothing-like-it -->\n\n<!-- /table -->\n")
+
+
+def test_at_a_glance_has_a_row_per_setting_and_every_verdict_from_its_test():
+    rows = json.loads(tables.AT_A_GLANCE.read_text())
+    assert {row["setting"] for row in rows} == {setting.setting for setting in tables.SETTINGS}
+    fields = {"setting", "family", "seeds", "variant", "alternative", "difference", "seed_interval", "verdict"}
+    for row in rows:
+        assert fields <= set(row), row
+        assert row["seeds"] == len(row["per_seed"])
+        if row["seeds"] < stats.SEED_VERDICT_MINIMUM:
+            assert row["verdict"] is None and row["seed_interval"] is None
+            continue
+        assert row["verdict"] in stats.VERDICTS
+        if row["verdict"] == "equivalent":
+            assert row["unit"] == "points" and row["equivalence_margin"] == stats.EQUIVALENCE_MARGIN
+            assert stats.tost(row["per_seed"], stats.EQUIVALENCE_MARGIN)["equivalent"]
+        else:
+            assert "equivalence_margin" not in row
+        if row["unit"] == "points":
+            assert row["difference"] == pytest.approx(sum(row["per_seed"]) / row["seeds"])
+            assert row["seed_interval"] == pytest.approx(list(stats.t_interval(row["per_seed"])))
+
+
+def sentences_with_tie_words() -> list[tuple[str, str]]:
+    """(page, sentence) for every sentence of the README and docs/ outside generated tables that says tie(s),
+    tied or level (a hyphenated compound, "seed-level", is a different word)."""
+    found = []
+    for page in tables.pages():
+        text = tables.BLOCK.sub("", page.read_text())
+        for match in TIE_WORDS.finditer(text):
+            start = max(text.rfind(". ", 0, match.start()), text.rfind("\n\n", 0, match.start()))
+            end = text.find(". ", match.end())
+            sentence = " ".join(text[start + 1 : end if end != -1 else None].split())
+            found.append((page.relative_to(tables.ROOT).as_posix(), sentence))
+    return found
+
+
+def test_no_page_says_tie_or_level_without_an_equivalent_row_behind_it():
+    rows = {(row["setting"], row["alternative"]): row for row in json.loads(tables.AT_A_GLANCE.read_text())}
+    for key, backing in BACKED_BY_EQUIVALENT.items():
+        assert rows[backing]["verdict"] == "equivalent", (key, backing)
+    unbacked = [
+        (page, sentence)
+        for page, sentence in sentences_with_tie_words()
+        if not any(key in sentence for key in BACKED_BY_EQUIVALENT)
+    ]
+    assert unbacked == [], "say what the data say (not distinguishable, with the interval):\n" + "\n".join(
+        f"{page}: {sentence}" for page, sentence in unbacked
+    )
+
+
+def test_the_word_check_finds_a_tie_and_passes_over_compounds(tmp_path, monkeypatch):
+    page = tmp_path / "page.md"
+    page.write_text("Theseus ties KD here. The seed-level interval is wide; a near-tie of two logits.\n")
+    monkeypatch.setattr(tables, "pages", lambda: [page])
+    monkeypatch.setattr(tables, "ROOT", tmp_path)
+    assert sentences_with_tie_words() == [("page.md", "Theseus ties KD here")]
