@@ -77,6 +77,11 @@ def _parser() -> argparse.ArgumentParser:
         "after theseus, arguments in parentheses (e.g. theseus+warmup+kd,kd(alpha=0.7),truncated)",
     )
     compress.add_argument(
+        "--keep-checkpoints",
+        action="store_true",
+        help="keep checkpoint.pt.previous once the run is finished (by default only checkpoint.pt stays)",
+    )
+    compress.add_argument(
         "--budget",
         help="search a successor per group so that the model costs at most this fraction of the predecessor's "
         "measured latency or parameters: latency=0.5 or params=0.3 (optional ,steps=N of blockwise distillation)",
@@ -322,7 +327,12 @@ def main(argv: list[str] | None = None) -> int:
 
         out = args.out or Path("runs") / recipe.name
         run = Run(
-            recipe, out, resume=args.resume, progress=not args.no_progress, predecessor_from=args.predecessor_from
+            recipe,
+            out,
+            resume=args.resume,
+            progress=not args.no_progress,
+            predecessor_from=args.predecessor_from,
+            keep_checkpoints=args.keep_checkpoints,
         )
         run.run()  # returns on every rank once rank 0 has written the report
     except (ValueError, KeyError, FileNotFoundError) as error:

@@ -34,11 +34,12 @@ from torch import nn
 
 from ..recipes import Recipe
 from . import ranks
+from .checkpoints import previous_of
 from .loop import train_phase
 from .methods import Context, Method, Objective, Stage, methods_of, refine_stage, task_loss
 from .optimization import predecessor_parameters
 from .report import write_report
-from .run_directory import RunError
+from .run_directory import CHECKPOINT, RunError
 from .search import BudgetSearch
 from .session import Session
 
@@ -54,13 +55,17 @@ class Run:
         resume: bool = False,
         progress: bool = True,
         predecessor_from: Path | None = None,
+        keep_checkpoints: bool = False,
     ) -> None:
         """Checks everything and opens ``out`` (`Session.open`); trains nothing until `run`.
+
+        ``keep_checkpoints``: keep ``checkpoint.pt.previous`` once the run is finished (by default it goes, and the
+        finished run keeps one checkpoint: what ``--resume`` and ``--predecessor-from`` read).
 
         ``predecessor_from``: a run directory whose fine-tuned predecessor this run takes instead of training its
         own; that run must have the same family, options and predecessor phase (its seed may differ: seeds then
         vary the compression and the baselines only)."""
-        self.recipe, self.out = recipe, Path(out)
+        self.recipe, self.out, self.keep_checkpoints = recipe, Path(out), keep_checkpoints
         self.session = Session.open(
             recipe, self.out, resume=resume, progress=progress, predecessor_from=predecessor_from
         )
@@ -115,7 +120,10 @@ class Run:
             models[method.name] = self._train(method, context)
         # rank 0 tests, times, exports and writes; the others wait for its report (and so for its files)
         compact = next(model for name, model in models.items() if name != "predecessor")
-        return ranks.from_rank_zero(write_report(session, models, compact) if self.main else None)
+        report = ranks.from_rank_zero(write_report(session, models, compact) if self.main else None)
+        if self.main and not self.keep_checkpoints:  # finished: one checkpoint is all a later run reads
+            previous_of(self.out / CHECKPOINT).unlink(missing_ok=True)
+        return report
 
     def _train(self, method: Method, context: Context) -> nn.Module:
         """``method``'s compact model in its final form: its stages trained (or found done), then with a ``refine``

@@ -81,7 +81,7 @@ def test_two_processes_write_once_agree_on_routes_and_log_the_mean_loss(tmp_path
     assert stdout.count("| theseus |") == 1  # rank 0 printed the report, rank 1 did not
 
     # rank 0 wrote every file, once (rank 1 could not write at all), and let go of the lock
-    expected = {"checkpoint.pt", "checkpoint.pt.previous", "curves.png", "metrics.jsonl", "model", "recipe.json"}
+    expected = {"checkpoint.pt", "curves.png", "metrics.jsonl", "model", "recipe.json"}  # one checkpoint, finished
     assert set(os.listdir(out)) - {"tensorboard"} == expected | {"report.json", "report.md"}
     report = json.loads((out / "report.json").read_text())
     assert set(report["models"]) == {"predecessor", "theseus", "baseline:truncated"}

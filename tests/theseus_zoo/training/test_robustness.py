@@ -129,8 +129,16 @@ def test_a_crafted_pickle_is_refused_and_runs_nothing(tmp_path, capsys):
     assert not marker.exists()
 
 
+def test_a_finished_run_keeps_one_checkpoint_unless_asked_to_keep_both(tmp_path):
+    assert compress(tmp_path, "one") == 0
+    assert (tmp_path / "one" / "checkpoint.pt").exists() and not (tmp_path / "one" / "checkpoint.pt.previous").exists()
+    assert compress(tmp_path, "one", "--resume") == 0  # a finished run resumes from its one checkpoint: nothing to do
+    assert compress(tmp_path, "both", "--keep-checkpoints") == 0
+    assert (tmp_path / "both" / "checkpoint.pt.previous").exists()
+
+
 def test_a_damaged_checkpoint_is_refused_by_name_and_the_previous_one_is_kept(tmp_path, capsys):
-    assert compress(tmp_path) == 0
+    assert compress(tmp_path, "run", "--keep-checkpoints") == 0
     checkpoint = tmp_path / "run" / "checkpoint.pt"
     data = bytearray(checkpoint.read_bytes())
     for offset in range(200, 264):
