@@ -42,12 +42,8 @@ INTERVAL_COLUMNS = ["comparison", "per seed", "mean", "t interval over seeds", "
 
 
 def stages_of(report: Report, model: str) -> list[str]:
-    """The checkpointed stages that trained ``model`` (`theseus_zoo.training.methods`): ``warmup`` / ``replacing``
-    for the run's Theseus, suffixed for a later variant, ``baseline:<name>`` for a baseline."""
-    if model.startswith("baseline:"):
-        return [model]
-    suffix = "" if model == "theseus" else f":{model}"
-    return [stage for stage in (f"warmup{suffix}", f"replacing{suffix}") if stage in report.phases]
+    """The checkpointed stages that trained ``model`` (`Report.stages`)."""
+    return report.stages(model)
 
 
 def method_seconds(report: Report, model: str) -> float:
@@ -61,11 +57,9 @@ def best_dev(report: Report, model: str) -> float:
 
 
 def method_name(report: Report, model: str) -> str:
-    """The method as the recipe named it: the run's ``theseus`` is its first Theseus variant."""
-    if model != "theseus":
-        return model.removeprefix("baseline:")
-    methods = report.recipe.get("methods") or ["theseus"]
-    return next(name for name in methods if name.split("+")[0] == "theseus")
+    """The method as the recipe named it (`Report.method_names`): the run's ``theseus`` is its first Theseus
+    variant."""
+    return report.method_names()[model]
 
 
 def collect(runs: Path, settings: list[str] | None = None) -> dict[str, dict[int, Report]]:

@@ -91,10 +91,13 @@ def markdown_report(report: Report | dict[str, Any]) -> str:
         f"| model | test {metric} | retention | parameters | size on disk (MB) |",
         "|---|---|---|---|---|",
     ]
+    full_names = report.method_names()
     for name, entry in models.items():
         retention = f"{entry.retention_percent:.1f}%" if entry.retention_percent is not None else "n/a"
         size = f"{entry.size_on_disk_bytes / 1e6:.2f}" if entry.size_on_disk_bytes is not None else "n/a"
-        lines.append(f"| {name} | {entry.test[metric]:.4f} | {retention} | {entry.parameters:,} | {size} |")
+        full = full_names.get(name, name)  # the variant a run's "theseus" is, by its full name
+        label = name if full in (name, name.removeprefix("baseline:")) else f"{name} ({full})"
+        lines.append(f"| {label} | {entry.test[metric]:.4f} | {retention} | {entry.parameters:,} | {size} |")
     if report.refinement:
         lines.append(
             f"\nEvery compressed model was refined after its phase ({report.refinement}), then trained on the "

@@ -122,6 +122,32 @@ class Report:
     def save(self, path: Path | str) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
 
+    def method_names(self) -> dict[str, str]:
+        """Each model's key (but the predecessor's) -> the full name of the method that trained it
+        (``{"theseus": "theseus+warmup+kd", "baseline:kd": "kd"}``), from the recipe the run recorded, by the one
+        naming rule (`theseus_zoo.methods.report_keys`)."""
+        from ..methods import parse_method, report_keys
+        from ..recipes import with_defaults
+
+        recipe = with_defaults(self.recipe) if self.recipe else {}
+        names = recipe.get("methods") or [
+            *(["theseus"] if recipe.get("theseus", True) else []),
+            *recipe.get("baselines", ()),
+        ]
+        return {key: str(parse_method(name)) for name, (key, _) in zip(names, report_keys(names), strict=True)}
+
+    def stages(self, model: str) -> list[str]:
+        """The checkpointed stages that trained ``model``, in order, as this report records them: a baseline's one,
+        a Theseus variant's ``warmup`` (with ``+warmup``) and ``replacing``, suffixed when it was not the run's
+        first variant (`theseus_zoo.methods.report_keys`)."""
+        from ..methods import report_keys
+
+        names = self.method_names()
+        suffix = dict(report_keys(list(names.values())))[model] if model in names else ""
+        if model.startswith("baseline:") or (model in names and not names[model].startswith("theseus")):
+            return [model]
+        return [stage for stage in (f"warmup{suffix}", f"replacing{suffix}") if stage in self.phases]
+
     def test(self, model: str) -> float:
         """``model``'s test metric (the report's ``metric``)."""
         return self.models[model].test[self.metric]

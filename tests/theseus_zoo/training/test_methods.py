@@ -176,6 +176,8 @@ def test_a_run_of_composed_methods_reports_each_with_its_stages(tmp_path):
     assert cli.main([*args, "--methods", "theseus+warmup+kd,kd,theseus+unfreeze"]) == 0
     report = json.loads((out / "report.json").read_text())
     assert list(report["models"]) == ["predecessor", "theseus", "baseline:kd", "theseus+unfreeze"]
+    markdown = (out / "report.md").read_text()  # the run's "theseus" named by the variant it is
+    assert "| theseus (theseus+warmup+kd) |" in markdown and "| baseline:kd |" in markdown
     phases = report["phases"]
     assert {"warmup", "replacing", "baseline:kd", "replacing:theseus+unfreeze"} <= set(phases)
     assert phases["warmup"]["steps"] + phases["replacing"]["steps"] == tiny["replacing"]["steps"]
