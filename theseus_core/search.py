@@ -43,7 +43,7 @@ from torch import nn
 
 from .distillation import prediction_loss
 from .engine import replace_
-from .site import primary_output, split_primary
+from .site import PredecessorChain, primary_output, split_primary
 from .spec import ModuleSpec, Plan
 
 Forward = Callable[[nn.Module, Any], torch.Tensor]
@@ -53,21 +53,36 @@ KEEP = "keep"
 
 
 def keep_specs(plan: Sequence[ModuleSpec]) -> list[ModuleSpec]:
-    """For each group of ``plan``, the ``keep`` candidate: a copy of the group's own layers, in order."""
+    """For each group of ``plan``, the ``keep`` candidate: a copy of the group's own layers, in order (`Kept`)."""
     return [ModuleSpec(spec.path, successor=_copy_group) for spec in plan]
 
 
 def skip_specs(plan: Sequence[ModuleSpec]) -> list[ModuleSpec]:
-    """For each group of ``plan``, the ``skip`` candidate: the identity (refused where the group changes shapes)."""
+    """For each group of ``plan``, the ``skip`` candidate: `Skip`, the identity (refused where the group changes
+    shapes)."""
     return [ModuleSpec(spec.path, successor=_identity) for spec in plan]
 
 
+class Kept(PredecessorChain):
+    """The ``keep`` candidate of a group of several modules: copies of them, run in order as the group ran (the
+    primary input threaded through, every other input to each). A family's finalize hook splices ``layers`` back
+    into the model."""
+
+
 def _copy_group(group: list[nn.Module]) -> nn.Module:
-    return copy.deepcopy(group[0]) if len(group) == 1 else nn.Sequential(*copy.deepcopy(group))
+    return copy.deepcopy(group[0]) if len(group) == 1 else Kept(copy.deepcopy(group))
+
+
+class Skip(nn.Module):
+    """The ``skip`` candidate: the group's primary input, unchanged, whatever else the group is called with (a
+    GNN layer's ``edge_index``, a block's mask). A family's finalize hook removes it from the model."""
+
+    def forward(self, x: Any, *args: Any, **kwargs: Any) -> Any:
+        return x
 
 
 def _identity(group: list[nn.Module]) -> nn.Module:
-    return nn.Identity()
+    return Skip()
 
 
 @dataclass(frozen=True)

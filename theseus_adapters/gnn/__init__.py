@@ -29,6 +29,7 @@ While stepped, a ``BasicGNN`` is a `SteppedGNN` (its class is swapped, as ``torc
 does, and swapped back by `from_steps_`); a ``Sequential`` keeps its class and gets one `GNNStack` child.
 """
 
+from .candidates import candidates, flatten_steps
 from .convert import from_steps_, to_steps_
 from .planning import conv_successor, copy_step, plan
 from .steps import BASIC_GNN_INPUTS, LAYER_OUTPUTS, GNNStack, GNNStep, SteppedGNN
@@ -39,8 +40,10 @@ __all__ = [
     "GNNStack",
     "GNNStep",
     "SteppedGNN",
+    "candidates",
     "conv_successor",
     "copy_step",
+    "flatten_steps",
     "from_steps_",
     "plan",
     "to_steps_",

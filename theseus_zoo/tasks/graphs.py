@@ -232,6 +232,15 @@ class GraphTask:
         gnn.to_steps_(model)
         return gnn.plan(model, num_layers=self.num_layers, group_sizes=self.group_sizes)
 
+    def candidates(self, model: nn.Module) -> tuple[dict[str, list[th.ModuleSpec]], Any]:
+        """`OffersCandidates`: per group of the plan, ``keep``, ``skip`` (where the width allows) and ``one`` (the
+        plan's copied layer); converts ``model`` to the stepped form in place, as `plan` does
+        (`theseus_adapters.gnn.candidates`)."""
+        from theseus_adapters import gnn
+
+        gnn.to_steps_(model)
+        return gnn.candidates(model, self.num_layers, self.group_sizes)
+
     def truncated(self, predecessor: nn.Module) -> nn.Module:
         """The successors as `plan` initialises them, finalized at once: a model of ``num_layers`` layers holding
         copies of the first layer of each group (of the last layer, for the group that ends the model)."""

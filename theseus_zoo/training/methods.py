@@ -242,7 +242,8 @@ class Theseus(Method):
         options = dict(task.replace_options) if isinstance(task, ReplaceOptions) else {}
         if isinstance(task, ExampleInputs):  # replace_ runs them at rate 0 and refuses a wrong surgery
             options["example_inputs"], options["example_kwargs"] = to_device(task.example_inputs(), context.device)
-        plan = task.plan(model) if context.plan is None else context.plan
+        plan = task.plan(model)  # also prepares the model where a family must (a GNN's stepped form)
+        plan = plan if context.plan is None else context.plan
         theseus = th.replace_(model, plan, seed=recipe.seed, **options)
         replacing, steps_to_one, stages = recipe.replacing, recipe.steps_to_one, []
         if "warmup" in self.flags:

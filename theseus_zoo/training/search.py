@@ -13,6 +13,7 @@ keeps its choice and distils again, deterministically) and into ``report.json["s
 
 from __future__ import annotations
 
+import copy
 import time
 from typing import Any
 
@@ -49,6 +50,7 @@ class BudgetSearch:
                 f"the {self.recipe.family} family offers no candidates for a budget search (its Task does not "
                 "implement theseus_zoo.tasks.protocols.OffersCandidates)"
             )
+        predecessor = copy.deepcopy(predecessor)  # a family may convert the model it plans (a GNN's stepped form)
         candidates, on_finalize = self.task.candidates(predecessor)
         inputs = (
             to_device(self.task.example_inputs(), self.device) if isinstance(self.task, ExampleInputs) else (None, None)

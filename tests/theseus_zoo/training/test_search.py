@@ -71,3 +71,28 @@ def test_a_family_that_offers_no_candidates_is_refused_in_one_line(tmp_path, cap
     error = capsys.readouterr().err
     assert "the toy family offers no candidates" in error and len(error.strip().splitlines()) == 1
     assert not (tmp_path / "toy" / "checkpoint.pt").exists()
+
+
+def test_a_budget_on_a_graph_exports_an_ordinary_gcn(tmp_path, monkeypatch):
+    """The gnn family's candidates (keep, skip, one): any choice converts back into a GCN that reloads."""
+    config = tmp_path / "tiny.json"
+    config.write_text(
+        json.dumps(
+            {
+                "predecessor": {"steps": 5, "eval_every": 5},
+                "replacing": {"steps": 4, "eval_every": 2},
+                "steps_to_one": 2,
+            }
+        )
+    )
+    out = tmp_path / "gcn"
+    args = ["compress", "--recipe", "gcn-karate", "--config", str(config), "--out", str(out), "--no-progress"]
+    assert cli.main([*args, "--methods", "theseus,truncated", "--budget", "params=0.8,steps=3"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    search = report["search"]
+    assert len(search["chosen"]) == 2 and search["predicted_ratio"] <= 0.8
+    assert all("skip" not in names for path, names in search["candidates"].items() if path.endswith("[3:6]"))
+    assert search["params_ratio"] == pytest.approx(search["predicted_ratio"], rel=1e-9)
+    exported = json.loads((out / "model" / "config.json").read_text())
+    kept = sum(3 if name == "keep" else 0 if name == "skip" else 1 for name in search["chosen"].values())
+    assert exported["num_layers"] == kept  # an ordinary GCN of as many layers as the choice keeps
