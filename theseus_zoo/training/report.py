@@ -78,6 +78,9 @@ def search_lines(search: dict[str, Any]) -> str:
     for path, name in search["chosen"].items():
         entry = search["candidates"][path][name]
         lines.append(f"| {path} | {name} | {entry['score']:.4f} | {entry['latency'] * 1e3:.2f} | {entry['params']:,} |")
+    lines.append(
+        "\n`search.png`: the solver's choice at other budgets and the uniform choices, by predicted cost and score."
+    )
     return "\n".join(lines)
 
 
@@ -199,6 +202,10 @@ def write_report(session: Session, models: dict[str, nn.Module], compact: nn.Mod
     report.save(out / REPORT)
     (out / "report.md").write_text(markdown_report(report))
     plot_curves(out / "metrics.jsonl", out / "curves.png", task.metric)
+    if report.search is not None:
+        from .search import plot_search
+
+        plot_search(report.search, out / "search.png")
     return report.to_dict()
 
 

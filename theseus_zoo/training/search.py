@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -31,6 +32,56 @@ from .methods import to_device
 
 SCORE_BATCHES = 2
 """Batches at the end of the training split that score the candidates; the distillation never sees them."""
+
+
+FRONTIER = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+"""The budgets whose choices the report plots beside the run's own (the solver's best at each, no training)."""
+
+
+def frontier(
+    library: CandidateLibrary, scores: dict[tuple[str, str], float], costs: tuple[dict, Cost], kind: str
+) -> list[dict[str, Any]]:
+    """The solver's choice at each budget of `FRONTIER` that the candidates can reach: budget, predicted cost ratio,
+    summed score and the choice."""
+    points = []
+    for budget in FRONTIER:
+        try:
+            choice = library.choose(scores, costs, budget, kind)
+        except ValueError:  # below the cheapest choice
+            continue
+        points.append(
+            {
+                "budget": budget,
+                "predicted_ratio": choice.predicted_ratio,
+                "score": choice.score,
+                "chosen": choice.chosen,
+            }
+        )
+    return points
+
+
+def plot_search(search: dict[str, Any], png: Path) -> None:
+    """The summed score of the solver's choice against its predicted cost ratio at every budget of the frontier,
+    the run's own choice marked, and each uniform choice (one kind of candidate for every group) as a point."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    (kind,) = search["budget"]
+    figure, axis = plt.subplots(figsize=(6, 4))
+    points = search["frontier"]
+    axis.plot([p["predicted_ratio"] for p in points], [p["score"] for p in points], "o-", label="searched")
+    total = sum(search["candidates"][path][name]["score"] for path, name in search["chosen"].items())
+    axis.plot([search["predicted_ratio"]], [total], "*", markersize=14, label="this run's choice")
+    for name, point in search["uniform"].items():
+        axis.plot([point["predicted_ratio"]], [point["score"]], "s", label=f"uniform {name}")
+    axis.set_xlabel(f"predicted {kind} / the predecessor's")
+    axis.set_ylabel("summed score (minus soft loss, 0 = predecessor)")
+    axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(png, dpi=110)
+    plt.close(figure)
 
 
 class BudgetSearch:
@@ -100,6 +151,7 @@ class BudgetSearch:
         scores = library.scores(score, self.task.logits)
         choice = library.choose(scores, costs, self.fraction, self.kind)
         per_key, rest = costs
+        total = rest.of(self.kind) + sum(per_key[(path, "keep")].of(self.kind) for path in library.paths)
         record = {
             "budget": {self.kind: self.fraction},
             "steps": self.steps,
@@ -119,6 +171,18 @@ class BudgetSearch:
             "refused": {f"{path} {name}": reason for (path, name), reason in library.refused.items()},
             "rest": {"latency": rest.latency, "params": rest.params},
             "distillation_loss": {"first": losses[0] if losses else None, "last": losses[-1] if losses else None},
+            "frontier": frontier(library, scores, costs, self.kind),
+            "uniform": {  # one kind of candidate for every group, as the runs without a budget have it
+                name: {
+                    "predicted_ratio": (
+                        rest.of(self.kind) + sum(per_key[(path, name)].of(self.kind) for path in library.paths)
+                    )
+                    / total,
+                    "score": sum(scores[(path, name)] for path in library.paths),
+                }
+                for name in dict.fromkeys(name for path in library.paths for name in library.names(path))
+                if all((path, name) in scores for path in library.paths)
+            },
             "seconds": time.perf_counter() - started,
         }
         return library.plan(choice), record

@@ -96,3 +96,9 @@ def test_a_budget_on_a_graph_exports_an_ordinary_gcn(tmp_path, monkeypatch):
     exported = json.loads((out / "model" / "config.json").read_text())
     kept = sum(3 if name == "keep" else 0 if name == "skip" else 1 for name in search["chosen"].values())
     assert exported["num_layers"] == kept  # an ordinary GCN of as many layers as the choice keeps
+    ratios = [point["predicted_ratio"] for point in search["frontier"]]
+    assert ratios == sorted(ratios) and all(point["predicted_ratio"] <= point["budget"] for point in search["frontier"])
+    scores = [point["score"] for point in search["frontier"]]
+    assert scores == sorted(scores)  # a larger budget never chooses worse
+    assert search["uniform"]["keep"]["predicted_ratio"] == pytest.approx(1.0) and "one" in search["uniform"]
+    assert (out / "search.png").stat().st_size > 0
