@@ -69,6 +69,21 @@ class Kept(PredecessorChain):
     into the model."""
 
 
+def splice_(container: nn.Module) -> None:
+    """In place: in ``container`` (an ``nn.Sequential`` or ``nn.ModuleList``, kept as the same object), every `Kept`
+    replaced by its layers and every `Skip` removed: what a family's finalize hook does where its groups sat, so
+    that a searched model is an ordinary stack of the family's layers."""
+    flat: list[nn.Module] = []
+    for module in container.children():
+        if isinstance(module, Skip):
+            continue
+        flat.extend(module.layers if isinstance(module, Kept) else [module])
+    for key in list(container._modules):
+        del container._modules[key]
+    for index, module in enumerate(flat):
+        container.add_module(str(index), module)
+
+
 def _copy_group(group: list[nn.Module]) -> nn.Module:
     return copy.deepcopy(group[0]) if len(group) == 1 else Kept(copy.deepcopy(group))
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from torch import nn
 
 import theseus_core as th
-from theseus_core.search import Kept, Skip
+from theseus_core.search import splice_
 
 from .planning import plan
 from .steps import GNNStack
@@ -37,15 +37,7 @@ def candidates(
 
 
 def flatten_steps(model: nn.Module) -> None:
-    """In place: in every `GNNStack` of ``model``, kept groups (`theseus_core.search.Kept`) spliced in and skipped
-    ones (`theseus_core.search.Skip`) removed."""
+    """In place: in every `GNNStack` of ``model``, kept groups spliced in and skipped ones removed
+    (`theseus_core.search.splice_`)."""
     for stack in [module for module in model.modules() if isinstance(module, GNNStack)]:
-        flat: list[nn.Module] = []
-        for module in stack:
-            if isinstance(module, (nn.Identity, Skip)):
-                continue
-            flat.extend(module.layers if isinstance(module, Kept) else [module])
-        for key in list(stack._modules):
-            del stack._modules[key]
-        for index, module in enumerate(flat):
-            stack.add_module(str(index), module)
+        splice_(stack)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from torch import nn
 
 import theseus_core as th
-from theseus_core.search import Kept, Skip
+from theseus_core.search import splice_
 
 from .planning import BlocksPerStage, plan, stage_names
 from .successors import LIGHT_SUCCESSORS
@@ -28,13 +28,7 @@ def candidates(model: nn.Module, blocks: BlocksPerStage = (2, 2, 2, 2)) -> dict[
 
 
 def flatten_stages(model: nn.Module) -> None:
-    """In place: every stage's kept groups (`theseus_core.search.Kept`) spliced in, its skipped ones
-    (`theseus_core.search.Skip`) removed, so that the stages hold blocks only, as `successor_blocks.export_config`
-    reads them."""
+    """In place: every stage's kept groups spliced in and its skipped ones removed (`theseus_core.search.splice_`),
+    so that the stages hold blocks only, as `successor_blocks.export_config` reads them."""
     for name in stage_names(model):
-        flat: list[nn.Module] = []
-        for module in getattr(model, name):
-            if isinstance(module, (nn.Identity, Skip)):
-                continue
-            flat.extend(module.layers if isinstance(module, Kept) else [module])
-        setattr(model, name, nn.Sequential(*flat))
+        splice_(getattr(model, name))

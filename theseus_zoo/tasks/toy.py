@@ -119,6 +119,15 @@ class ToyTask(ScoresAccuracy):
             return th.plan(model, "blocks", group_sizes=self.group_sizes, successor=th.copy_module(0))
         return th.plan(model, "blocks", num_groups=self.num_layers, successor=th.copy_module(0))
 
+    def candidates(self, model: nn.Module) -> tuple[dict[str, list[th.ModuleSpec]], Any]:
+        """`OffersCandidates`: per group of the plan, ``keep``, ``skip`` and ``one`` (the plan's copied block); any
+        choice finalizes into a `ToyStack` of fewer blocks (`theseus_core.search.splice_`)."""
+        from theseus_core.search import splice_
+
+        base = self.plan(model)
+        found = {"keep": th.keep_specs(base), "skip": th.skip_specs(base), "one": list(base)}
+        return found, lambda model: splice_(model.blocks)
+
     def truncated(self, predecessor: nn.Module) -> nn.Module:
         model = copy.deepcopy(predecessor)
         model.blocks = nn.Sequential(*list(model.blocks)[: self.num_layers])

@@ -66,11 +66,49 @@ def test_an_impossible_budget_is_refused_in_one_line_before_any_work(
     assert not (tmp_path / "run" / "checkpoint.pt").exists() and not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
-def test_a_family_that_offers_no_candidates_is_refused_in_one_line(tmp_path, capsys):
-    assert cli.main(["compress", "--recipe", "toy", "--budget", "latency=0.5", "--out", str(tmp_path / "toy")]) == 2
-    error = capsys.readouterr().err
-    assert "the toy family offers no candidates" in error and len(error.strip().splitlines()) == 1
-    assert not (tmp_path / "toy" / "checkpoint.pt").exists()
+def test_a_family_that_offers_no_candidates_is_refused_in_one_line():
+    from theseus_zoo.recipes import get_recipe
+    from theseus_zoo.tasks import build_task
+    from theseus_zoo.training.search import BudgetSearch
+
+    class NoCandidates:  # a family's Task without OffersCandidates
+        def __init__(self, task):
+            self.task = task
+
+        def __getattr__(self, name):
+            if name == "candidates":
+                raise AttributeError(name)
+            return getattr(self.task, name)
+
+    recipe = get_recipe("toy").with_overrides({"budget": {"params": 0.5}})
+    task = NoCandidates(build_task("toy", {}, 0))
+    with pytest.raises(ValueError, match="the toy family offers no candidates for a budget search") as refused:
+        BudgetSearch(task, recipe, torch.device("cpu")).check(task.build_predecessor())
+    assert "\n" not in str(refused.value)
+
+
+def test_a_budget_on_the_toy_exports_a_shorter_toy_stack(tmp_path):
+    config = tmp_path / "tiny.json"
+    config.write_text(
+        json.dumps(
+            {
+                "predecessor": {"steps": 10, "eval_every": 5},
+                "replacing": {"steps": 6, "eval_every": 3},
+                "steps_to_one": 3,
+            }
+        )
+    )
+    out = tmp_path / "toy"
+    args = ["compress", "--recipe", "toy", "--config", str(config), "--out", str(out), "--no-progress"]
+    assert cli.main([*args, "--methods", "theseus+warmup+kd,kd", "--budget", "params=0.5,steps=5"]) == 0
+    search = json.loads((out / "report.json").read_text())["search"]
+    assert search["predicted_ratio"] <= 0.5 and search["params_ratio"] == pytest.approx(search["predicted_ratio"])
+    kept = json.loads((out / "model" / "config.json").read_text())["num_blocks"]
+    sizes = [3, 3, 2]  # the toy's groups of its 8 blocks
+    assert kept == sum(
+        size if name == "keep" else 0 if name == "skip" else 1
+        for size, name in zip(sizes, search["chosen"].values(), strict=True)
+    )
 
 
 def test_a_budget_on_a_graph_exports_an_ordinary_gcn(tmp_path, monkeypatch):
