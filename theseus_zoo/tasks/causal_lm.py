@@ -291,6 +291,13 @@ class CausalLMTask:
             group_sizes, init = self._influence_groups
         return hf.plan(model, self.options.num_layers, init=init, group_sizes=group_sizes)
 
+    def candidates(self, model: nn.Module) -> tuple[dict[str, list[th.ModuleSpec]], Any]:
+        """`OffersCandidates`: per group of the plan, ``keep``, ``skip`` and ``one`` (the plan's copied layer)
+        (`theseus_adapters.hf_candidates`): the search chooses which layers a decoder keeps."""
+        from theseus_adapters import hf_candidates
+
+        return hf_candidates.candidates(model, self.plan(model))
+
     def calibration_batches(self) -> list[dict[str, torch.Tensor]]:
         """``calibration_sequences`` training sequences, evenly spaced, in batches of ``eval_batch_size``."""
         train = self.dataset("train")

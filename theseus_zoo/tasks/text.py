@@ -293,6 +293,17 @@ class TextClassificationTask(TextData):
         metrics = {f"{name}/{key}": value for name, result in results.items() for key, value in result.items()}
         return {**metrics, "score": task_score(self.glue, results) if split != "dev" else results[names[0]]["score"]}
 
+    def candidates(self, model: nn.Module) -> tuple[dict[str, list[th.ModuleSpec]], Any]:
+        """`OffersCandidates`: per group of the plan, ``keep``, ``skip`` and ``one`` (the plan's successor)
+        (`theseus_adapters.hf_candidates`). Not with ``quantize``, whose extra group is the embeddings."""
+        if self.quantize is not None:
+            raise ValueError(
+                "a budget search chooses among layers; with quantize, the plan quantizes the embeddings too"
+            )
+        from theseus_adapters import hf_candidates
+
+        return hf_candidates.candidates(model, self.plan(model))
+
     def plan(self, model: nn.Module) -> th.Plan:
         """`theseus_adapters.hf.plan`; with ``quantize``, quantized copies of its successors and one more group, the
         word embeddings, whose successor is their quantized copy (BinaryBERT quantizes them too)."""

@@ -238,3 +238,15 @@ def test_the_smollm2_asset_generates_sensible_text():
     with torch.no_grad():
         tokens = model.generate(**inputs, do_sample=False, max_new_tokens=3, pad_token_id=tokenizer.eos_token_id)
     assert tokenizer.decode(tokens[0, inputs["input_ids"].shape[1] :]).startswith(" Paris")
+
+
+def test_a_budget_on_a_decoder_exports_the_layers_chosen_and_renumbers_them(tiny_model, corpus, tmp_path):
+    pytest.importorskip("scipy")
+    overrides = {"options": options(tiny_model, corpus), "methods": ["theseus", "truncated"]}
+    assert compress(tmp_path, {**overrides, "budget": {"params": 0.9, "steps": 3}}) == 0
+    search = json.loads((tmp_path / "run" / "report.json").read_text())["search"]
+    exported = AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "model")
+    layers = len(exported.model.layers)
+    assert exported.config.num_hidden_layers == layers and layers >= 1
+    assert [layer.self_attn.layer_idx for layer in exported.model.layers] == list(range(layers))
+    assert search["params_ratio"] == pytest.approx(search["predicted_ratio"], rel=1e-9)

@@ -348,3 +348,36 @@ def test_a_class_with_few_examples_is_warned_on_the_console_and_in_the_report(ti
     )
     assert f"theseus: warning: {warning}\n" in capsys.readouterr().out
     assert recipe.description.endswith(f" Warning: {warning}.")  # the second line of report.md
+
+
+def test_a_budget_on_bert_exports_a_plain_transformers_model_of_the_layers_chosen(tiny_model, tmp_path):
+    pytest.importorskip("scipy")
+    options = {"model": str(tiny_model), "dataset": "glue/sst2", "data_dir": str(write_glue(tmp_path, "sst2"))}
+    config = tmp_path / "budget.json"
+    config.write_text(
+        json.dumps(
+            {
+                "options": {**options, "num_layers": 2},
+                "predecessor": {"steps": 6, "eval_every": 6, "batch_size": 16, "lr": 1e-3},
+                "replacing": {"steps": 6, "eval_every": 6, "batch_size": 16, "lr": 1e-3},
+                "steps_to_one": 3,
+                "budget": {"params": 0.95, "steps": 3},
+            }
+        )
+    )
+    out = tmp_path / "budget"
+    args = [
+        "compress",
+        "--recipe",
+        "minilm-rotten-tomatoes",
+        "--config",
+        str(config),
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
+    assert cli.main([*args, "--methods", "theseus,truncated"]) == 0
+    search = json.loads((out / "report.json").read_text())["search"]
+    exported = AutoModelForSequenceClassification.from_pretrained(out / "model")
+    kept = sum(2 if name == "keep" else 0 if name == "skip" else 1 for name in search["chosen"].values())
+    assert exported.config.num_hidden_layers == kept == len(exported.bert.encoder.layer)
