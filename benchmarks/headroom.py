@@ -130,8 +130,16 @@ def write_results(args: argparse.Namespace, overrides: dict[str, Any], start: fl
         "cells": cells,
         "reports": reports,
     }
+    text = markdown(results)
+    write_report(results, args.out, "headroom", text)
+    return text
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """``headroom.md`` from ``headroom.json`` alone: per cell the predecessor and truncated fine-tuning (± bootstrap
+    standard errors), the cost of truncation and whether it reaches the 3 points a comparison needs."""
     rows = []
-    for name, entry in cells.items():
+    for name, entry in results["cells"].items():
         paired_bound = 100 * math.hypot(entry["predecessor_se"], entry["truncated_se"])
         rows.append(
             [
@@ -143,21 +151,20 @@ def write_results(args: argparse.Namespace, overrides: dict[str, Any], start: fl
                 "yes" if entry["cost_points"] >= 3 else "no",
             ]
         )
-    markdown = "\n".join(
+    return "\n".join(
         [
             "# Headroom scan: the cost of truncation, all-MiniLM-L6-v2 on Rotten Tomatoes\n",
-            f"Truncated fine-tuning ({args.steps} steps, recipe defaults otherwise) against the fine-tuned "
-            "6-layer predecessor, on the 70/10/20 split's test set (accuracy; `score` = mean of Pearson and "
-            "Spearman for regression), ± a bootstrap standard error.\n",
+            f"Truncated fine-tuning ({results['overrides']['replacing']['steps']} steps, recipe defaults otherwise) "
+            "against the fine-tuned 6-layer predecessor, on the 70/10/20 split's test set (accuracy; `score` = mean "
+            "of Pearson and Spearman for regression), ± a bootstrap standard error.\n",
             markdown_table(
                 ["cell", "predecessor", "truncated", "cost (points)", "SE of the difference (unpaired)", "≥ 3"],
                 rows,
             ),
-            f"\nCommand: `{command}` ({results['seconds'] / 60:.1f} min on {results['environment']['processor']}).\n",
+            f"\nCommand: `{results['command']}` ({results['seconds'] / 60:.1f} min on "
+            f"{results['environment']['processor']}).\n",
         ]
     )
-    write_report(results, args.out, "headroom", markdown)
-    return markdown
 
 
 if __name__ == "__main__":

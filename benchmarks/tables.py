@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from theseus_zoo.training import stats
+from theseus_zoo.training.results import Report
 
-from . import deploy, deploy_llama, methods, seed_intervals, warmup_fit
+from . import compare, deploy, deploy_llama, headroom, methods, recipes, seed_intervals, warmup_fit
 from .harness import markdown_table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -360,8 +361,303 @@ def methods_table(name: str) -> Callable[[], str]:
     return lambda: methods.summary_table(load(f"methods-{name}.json"))
 
 
+def points(fraction: float, digits: int = 1) -> str:
+    """A difference of two metrics (fractions) in signed points, as the pages write it: ``−2.9``."""
+    return signed(100 * fraction, digits)
+
+
+def points_interval(found: dict[str, Any], digits: int = 1) -> str:
+    return f"[{points(found['low'], digits)}, {points(found['high'], digits)}]"
+
+
+def bold(text: str, flag: bool = True) -> str:
+    return f"**{text}**" if flag else text
+
+
+def millions(count: float) -> str:
+    """A count in millions: one decimal from a million up, two below (``21.3M``, ``0.47M``)."""
+    return f"{count / 1e6:.1f}M" if count >= 1e6 else f"{count / 1e6:.2f}M"
+
+
+def report_at(relative: str) -> Report:
+    return Report.from_dict(load(relative))
+
+
+# --- BERT (docs/results/bert.md) ---
+
+
+def headroom_table() -> str:
+    """The headroom scan: per cell, the predecessor and truncated fine-tuning (± bootstrap standard errors) and the
+    cost of truncation in points, bold from the 3 points a cell needs."""
+    labels = {"five": "five grades", "regression": "valence regression", "binary": "binary sentiment"}
+    rows = []
+    for name, cell in load("headroom.json")["cells"].items():
+        kind, layers = name.rsplit("-", 1)
+        rows.append(
+            [
+                f"{labels[kind]}, 6 → {layers.removesuffix('l')}",
+                f"{cell['predecessor']:.3f} ± {cell['predecessor_se']:.3f}",
+                f"{cell['truncated']:.3f} ± {cell['truncated_se']:.3f}",
+                bold(f"{cell['cost_points']:.1f}", cell["cost_points"] >= 3),
+            ]
+        )
+    return markdown_table(
+        ["cell (labels, layers kept)", "predecessor (6 layers)", "truncated", "cost of truncation (points)"], rows
+    )
+
+
+def cells_table() -> str:
+    """The first look at two cells with headroom, seed 0: every model's test metric (the best compressed one bold)
+    and Theseus minus truncated fine-tuning (and KD, where it ran), paired over test examples."""
+    rows = []
+    for name, label in (
+        ("minilm-rt-regression-1l", "valence regression, 6 → 1"),
+        ("minilm-rt-five-1l", "five grades, 6 → 1 (`make demo`)"),
+    ):
+        report = report_at(f"cells/{name}-seed0.json")
+        compressed = {
+            model: report.test(model)
+            for model in ("theseus", "baseline:truncated", "baseline:kd")
+            if model in report.models
+        }
+        best = max(compressed.values())
+        shown = [
+            bold(f"{compressed[model]:.3f}", compressed[model] == best) if model in compressed else "(not run)"
+            for model in ("theseus", "baseline:truncated", "baseline:kd")
+        ]
+        differences = report.comparisons
+        text = f"{points(differences['baseline:truncated']['difference'])} points " + points_interval(
+            differences["baseline:truncated"]
+        )
+        if "baseline:kd" in differences:
+            kd = differences["baseline:kd"]
+            text += f" (KD: {points(kd['difference'])} {points_interval(kd)})"
+        rows.append([label, f"{report.test('predecessor'):.3f}", *shown, text])
+    return markdown_table(
+        [
+            "cell, seed 0",
+            "predecessor",
+            "Theseus",
+            "truncated",
+            "vanilla KD",
+            "Theseus − truncated (95% paired bootstrap)",
+        ],
+        rows,
+    )
+
+
+def rate(lr: float) -> str:
+    """A learning rate as the pages write it: ``2e-4``."""
+    mantissa, exponent = f"{lr:e}".split("e")
+    return f"{float(mantissa):g}e{int(exponent)}"
+
+
+def trained(report: Report) -> str:
+    """The one model a `benchmarks.compare` run trained (its report's other model is the predecessor): read from the
+    report, since archived runs carry method names that `theseus_zoo.methods` no longer parses."""
+    (model,) = (name for name in report.models if name != "predecessor")
+    return model
+
+
+def compared(relative: str) -> tuple[dict[str, Any], dict[str, list[Report]]]:
+    """A `benchmarks.compare` result and its reports, per method in seed order."""
+    data = load(relative)
+    reports = {
+        method: [Report.from_dict(by[seed]) for seed in sorted(by, key=int)] for method, by in data["reports"].items()
+    }
+    return data, reports
+
+
+def compare_2l_table() -> str:
+    """The powered comparison, regression 6 → 2: each method's rate (dev metric at every grid rate, the chosen one
+    bold), test metric per seed, mean, median (the better bold) and range."""
+    data, reports = compared("compare/compare-minilm-rt-regression-2l.json")
+    first = reports["theseus"][0]
+    labels = {"theseus": "Theseus", "truncated": "truncated fine-tuning"}
+    rows = [
+        [
+            f"predecessor (6 layers, {millions(first.models['predecessor'].parameters)} parameters)",
+            "",
+            f"{first.test('predecessor'):.3f}",
+            "",
+            "",
+            "",
+        ]
+    ]
+    medians = {method: statistics.median(r.test(trained(r)) for r in by) for method, by in reports.items()}
+    for method, by in reports.items():
+        model = trained(by[0])
+        values = [report.test(model) for report in by]
+        chosen = data["chosen_lr"][method]
+        grid = sorted(
+            (float(key.rpartition("lr=")[2]), dev)
+            for key, dev in data["tuning_dev"].items()
+            if key.rpartition(" lr=")[0] == method
+        )
+        dev = " / ".join(bold(f"{value:.3f}", lr == chosen) for lr, value in grid)
+        layers = by[0].recipe["options"]["num_layers"]
+        rows.append(
+            [
+                f"{labels[method]} ({layers} layers, {millions(by[0].models[model].parameters)})",
+                f"{rate(chosen)} ({dev})",
+                ", ".join(f"{value:.3f}" for value in values),
+                f"{statistics.mean(values):.3f}",
+                bold(f"{medians[method]:.3f}", medians[method] == max(medians.values())),
+                f"{min(values):.3f}–{max(values):.3f}",
+            ]
+        )
+    lrs = " / ".join(rate(lr) for lr in sorted({float(key.rpartition("lr=")[2]) for key in data["tuning_dev"]}))
+    return markdown_table(
+        [
+            "method",
+            f"lr (dev: {lrs})",
+            f"test score, seeds {min(map(int, data['reports']['theseus']))}-"
+            f"{max(map(int, data['reports']['theseus']))}",
+            "mean",
+            "median",
+            "range",
+        ],
+        rows,
+    )
+
+
+def archived_pair(method: str, other: str, lr: float, seed: int = 0) -> dict[str, Any]:
+    """``method`` minus ``other`` from the archived `benchmarks.compare` reports of ``minilm-rt-regression-2l`` at
+    ``lr`` (one seed, paired over test examples)."""
+
+    def report(name: str) -> dict[str, Any]:
+        return load(f"compare/minilm-rt-regression-2l/{name}/lr{lr:g}/seed{seed}/report.json")
+
+    merged = compare.merged({method: {seed: report(method)}, other: {seed: report(other)}}, other, method)
+    return recipes.paired_comparison(merged, "a", "b")
+
+
+def extensions_table() -> str:
+    """The extensions and vanilla KD at seed 0, lr 2e-4: test metric (the best bold), Theseus minus each, and the
+    step cost of each method relative to Theseus' at p = 0.5 and p = 1 (`benchmarks.step_cost`)."""
+    data, reports = compared("compare/extensions-minilm-rt-regression-2l.json")
+    cost = load("step-cost-minilm-rt-regression-2l.json")
+    tests = {method: by[0].test(trained(by[0])) for method, by in reports.items()}
+
+    def step_cost(method: str) -> str:
+        return " / ".join(f"{cost[f'{method} p={p}']['ratio_to_theseus']:.2f}" for p in ("0.5", "1"))
+
+    def row(method: str, label: str) -> list[str]:
+        best = tests[method] == max(tests.values())
+        difference = data["comparisons"].get(method)
+        return [
+            bold(label, best),
+            bold(f"{tests[method]:.3f}", best),
+            f"{points(difference['mean'])} points {points_interval(difference)}" if difference else "",
+            step_cost(method),
+        ]
+
+    theseus = row("theseus", "Theseus (the paper)")
+    milliseconds = " / ".join(f"{1000 * cost[f'theseus p={p}']['median_seconds']:,.0f}" for p in ("0.5", "1"))
+    theseus[3] += f" ({milliseconds} ms)"
+    kd_lr = 1e-4
+    logit_kd = report_at(f"compare/minilm-rt-regression-2l/theseus+kd/lr{kd_lr:g}/seed0/report.json")
+    versus = archived_pair("theseus", "theseus+kd", kd_lr)
+    logit_kd_label = (
+        f"Theseus + logit KD (`kd_weight` {logit_kd.recipe['kd_weight']:g}; run at lr {rate(kd_lr)} only: "
+        f"{logit_kd.test('theseus'):.3f}, the same as Theseus there, {points(versus['mean'])} "
+        f"{points_interval(versus)})"
+    )
+    return markdown_table(
+        ["method", "test score", "Theseus − method (95% paired bootstrap)", "step cost × Theseus' (p = 0.5 / p = 1)"],
+        [
+            theseus,
+            row("theseus+unfreeze-all", "Theseus + unfreeze all at p = 1 (`unfreeze_at_one: all`)"),
+            row("theseus+consistency", "Theseus + consistency (`consistency_weight` 1)"),
+            [logit_kd_label, "", "", step_cost("theseus+kd")],
+            row("truncated", "truncated fine-tuning"),
+            row("kd", "vanilla KD"),
+        ],
+    )
+
+
+def budget_table() -> str:
+    """The budget curve (`benchmarks.budget`): Theseus and truncated fine-tuning per budget, and their difference."""
+    rows = [
+        [
+            f"{row['steps']:,}",
+            f"{row['theseus']:.3f}",
+            f"{row['truncated']:.3f}",
+            f"{points(row['difference']['mean'])} points {points_interval(row['difference'])}",
+        ]
+        for row in load("compare/budget-minilm-rt-regression-2l.json")["rows"]
+    ]
+    return markdown_table(
+        ["replacing steps", "Theseus", "truncated", "Theseus − truncated (95% paired bootstrap)"], rows
+    )
+
+
+def schedules_table() -> str:
+    """The paper's Table 6: each schedule's best dev and test metric (the best test bold), and the curriculum minus
+    each ablation."""
+    data, reports = compared("compare/table6-minilm-rt-regression-2l.json")
+    tests = {method: by[0].test("theseus") for method, by in reports.items()}
+    labels = {
+        "theseus": "curriculum (the paper's)",
+        "theseus-constant": f"constant p = {reports['theseus-constant'][0].recipe['schedule_base']:g}",
+        "theseus-anti-curriculum": "anti-curriculum",
+    }
+    rows = []
+    for method, label in labels.items():
+        difference = data["comparisons"].get(method)
+        rows.append(
+            [
+                label,
+                f"{reports[method][0].phases['replacing']['best_metric']:.3f}",
+                bold(f"{tests[method]:.3f}", tests[method] == max(tests.values())),
+                f"{points(difference['mean'])} points {points_interval(difference)}" if difference else "",
+            ]
+        )
+    return markdown_table(
+        ["schedule", "dev score (best)", "test score", "curriculum − schedule (95% paired bootstrap)"], rows
+    )
+
+
+def minilm_rotten_tomatoes_table() -> str:
+    """The old binary-sentiment recipe over 3 seeds (`benchmarks.recipes`): median and range of the test metric (the
+    best compressed median bold), retention (Theseus' bold: the bar it is held to), parameters and speedup."""
+    data = load("recipe-minilm-rotten-tomatoes.json")
+    summary = data["summary"]
+    models = summary["models"]
+    layers = data["reports"]["0"]["recipe"]["options"]["num_layers"]
+    labels = {
+        "predecessor": "predecessor (6 layers)",
+        "theseus": f"Theseus ({layers} layers)",
+        "baseline:truncated": "truncated fine-tuning",
+        "baseline:kd": "vanilla KD",
+    }
+    best = max(entry["median"] for name, entry in models.items() if name != "predecessor")
+    rows = []
+    for name, label in labels.items():
+        entry = models[name]
+        compressed = name != "predecessor"
+        rows.append(
+            [
+                label,
+                bold(f"{entry['median']:.3f}", compressed and entry["median"] == best),
+                f"{entry['min']:.3f}–{entry['max']:.3f}" if entry["min"] != entry["max"] else "(one run)",
+                bold(f"{entry['median_retention_percent']:.1f}%", name == "theseus"),
+                millions(entry["parameters"]),
+                f"{summary['median_speedup']:.2f}×" if compressed else "1×",
+            ]
+        )
+    return markdown_table(["model", "test accuracy (median)", "range", "retention", "parameters", "speedup"], rows)
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "at-a-glance": at_a_glance_table,
+    "bert-headroom": headroom_table,
+    "bert-cells": cells_table,
+    "bert-compare-regression-2l": compare_2l_table,
+    "bert-extensions": extensions_table,
+    "bert-budget": budget_table,
+    "bert-schedules": schedules_table,
+    "bert-minilm-rotten-tomatoes": minilm_rotten_tomatoes_table,
     "light-blocks-tuned": lambda: at_a_glance_table(
         settings=[setting.setting for setting in SETTINGS if "dev-chosen rate" in setting.setting]
     ),
@@ -394,6 +690,7 @@ def _json(path: Path) -> dict[str, Any]:
 
 
 RENDERED: dict[str, Callable[[Path], str]] = {
+    "headroom.json": lambda path: headroom.markdown(_json(path)),
     "deploy-kernels.json": lambda path: deploy.kernels_markdown(_json(path)),
     "deploy-minilm.json": lambda path: deploy.models_markdown(_json(path)),
     "deploy-cnn.json": lambda path: deploy.cnn_markdown(_json(path)),
@@ -409,7 +706,7 @@ RENDERED: dict[str, Callable[[Path], str]] = {
 """The committed ``benchmarks/results/<name>.json`` whose ``.md`` a module renders from the JSON alone. Not here:
 ``methods-resnet-fashion-mnist-{mobilenet-v2,shufflenet-v2}`` (written by `benchmarks.methods` before grid points
 became settings: the current renderer words its table otherwise), and the tables `benchmarks.recipes`,
-`benchmarks.compare`, `benchmarks.budget`, `benchmarks.successors`, `benchmarks.headroom`, `benchmarks.llm`,
+`benchmarks.compare`, `benchmarks.budget`, `benchmarks.successors`, `benchmarks.llm`,
 `benchmarks.llm_seeds`, `benchmarks.step_cost` and `benchmarks.run` render inside the run that measures them, from
 what the JSON does not keep (the run's arguments, which runs were found finished)."""
 
