@@ -1005,6 +1005,64 @@ def deploy_accuracy_table() -> str:
     return markdown_table(["runtime", "test accuracy", "predictions changed vs simulated", "max abs logit diff"], lines)
 
 
+def performance_table() -> str:
+    """`benchmarks.run`'s four cases in one table: parameters, the successor's eager speedup per size, the layer (or
+    FLOP) ratio, torch.compile's gain on the successor, a replacing step against fine-tuning at p = 1 (time, memory),
+    the engine's overhead at p = 0 and the graphs compiled after warm-up."""
+    cases = (  # (results file, row label, sizes shown as, what the ideal ratio counts)
+        ("bert-base", "BERT-base 12→6, seq 64", "batch", ""),
+        ("minilm", "MiniLM-L6 6→3 (asset), seq 64", "batch", ""),
+        ("resnet", "ResNet-34→18, 64×64", "batch", " (FLOPs)"),
+        ("gnn", "GCN 6→2, degree 10", "nodes", ""),
+    )
+
+    def count(value: int) -> str:
+        return millions(value) if value >= 1e6 else f"{value / 1e3:.0f}k"
+
+    rows = []
+    for name, label, unit, counted in cases:
+        data = load(f"{name}.json")
+        eager = data["inference"]["eager"]
+        sizes = " / ".join(f"{int(size) // 1000}k" if unit == "nodes" else size for size in eager)
+        sizes = f"{sizes} nodes" if unit == "nodes" else f"batch {sizes}"
+        (compiled,) = data["inference"]["compiled"].values()
+        training = data["training"]
+        replacing, fine_tuning = training["replace p=1"], training["fine-tune predecessor"]
+        memory = replacing["memory_mib"]["total"] / fine_tuning["memory_mib"]["total"]
+        graphs = "not run on CPU"
+        if (found := data.get("recompilation")) is not None:
+            graphs = (
+                f"{found['graphs_compiled_after_warm_up']} ({found['graphs_after_warm_up']} graphs, the last new one "
+                f"at step {found['last_new_graph_at_step']}; {found['distinct_route_combinations']} route "
+                "combinations)"
+            )
+        rows.append(
+            [
+                label,
+                f"{count(data['parameters']['predecessor'])} → {count(data['parameters']['successor'])}",
+                " / ".join(f"{entry['speedup']:.2f}×" for entry in eager.values()) + f" ({sizes})",
+                f"{data['ideal_speedup']:g}{counted}",
+                f"{compiled['compile_speedup']:.2f}×",
+                f"{replacing['time_vs_fine_tune']:.2f}×, {memory:.2f}×",
+                f"{data['overhead']['ratio']:.3f}×",
+                graphs,
+            ]
+        )
+    return markdown_table(
+        [
+            "case",
+            "parameters",
+            "successor speedup (eager)",
+            "layer ratio",
+            "compile vs eager (successor)",
+            "replacing step vs fine-tuning: time, memory (p = 1)",
+            "engine overhead (p = 0)",
+            "graphs compiled after warm-up, 200 steps",
+        ],
+        rows,
+    )
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "at-a-glance": at_a_glance_table,
     "bert-headroom": headroom_table,
@@ -1022,6 +1080,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "slim-successors-resnet": successors_table,
     "deploy-kernels": deploy_kernels_table,
     "deploy-accuracy": deploy_accuracy_table,
+    "performance": performance_table,
     "light-blocks-tuned": lambda: at_a_glance_table(
         settings=[setting.setting for setting in SETTINGS if "dev-chosen rate" in setting.setting]
     ),
