@@ -90,3 +90,14 @@ def test_the_word_check_finds_a_tie_and_passes_over_compounds(tmp_path, monkeypa
     monkeypatch.setattr(tables, "pages", lambda: [page])
     monkeypatch.setattr(tables, "ROOT", tmp_path)
     assert sentences_with_tie_words() == [("page.md", "Theseus ties KD here")]
+
+
+def test_page_numbers_are_rounded_once_from_the_json():
+    """Two intervals used to be typed from a ``.md``'s four-decimal value rounded again (−0.02949 → −0.0295 → −3.0):
+    the pages' helpers round the JSON's value once."""
+    from benchmarks import page_tables
+
+    assert page_tables.points(-0.029494534545056128) == "−2.9"
+    assert page_tables.points_interval({"low": -0.02951, "high": 0.00824}) == "[−3.0, +0.8]"
+    assert page_tables.millions(21_289_802) == "21.3M" and page_tables.millions(469_066) == "0.47M"
+    assert page_tables.rate(2e-4) == "2e-4" and page_tables.rate(5e-5) == "5e-5"
