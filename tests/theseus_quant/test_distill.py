@@ -58,7 +58,9 @@ def test_prediction_loss_has_the_gradient_of_the_soft_cross_entropy(batch, class
     reference = (-targets * torch.log_softmax(student.double() / temperature, dim=-1)).sum(-1).mean() * temperature**2
     entropy = (-targets * targets.log()).sum(-1).mean() * temperature**2
     ours = distill.prediction_loss(student, teacher, temperature)
-    torch.testing.assert_close(ours.double(), reference - entropy, rtol=1e-5, atol=1e-6)
+    # ours is computed in float32: log-probabilities of a few units, T² up to 16, summed, leave ~1e-6 absolute error
+    # (seen: 0.0191468 against 0.0191481 at T near 4), so the value is held to 1e-5 absolute, the gradient as before.
+    torch.testing.assert_close(ours.double(), reference - entropy, rtol=1e-5, atol=1e-5)
     (grad_ours,) = torch.autograd.grad(ours, student)
     (grad_reference,) = torch.autograd.grad(reference, student)
     torch.testing.assert_close(grad_ours, grad_reference.float(), rtol=1e-5, atol=1e-6)
