@@ -235,9 +235,12 @@ class Campaign:
 
     # ------------------------------------------------------------------------------------------- status
     def seconds(self, run: CampaignRun) -> float | None:
-        """Wall-clock of a done run's phases (its predecessor's too), from its report."""
+        """Wall-clock of a done run's phases (its predecessor's when it fine-tuned one, not a borrowed one's), from
+        its report."""
         report = self.report(run)
-        return None if report is None else sum(phase["seconds"] for phase in report.phases.values())
+        if report is None:
+            return None
+        return sum(phase["seconds"] for phase in report.phases.values() if "from" not in phase)
 
     def status(self, running: set[CampaignRun] = frozenset(), threads: int = 1) -> dict[str, Any]:
         """Done / running / left per (cell, method), the runs waiting on a grid, and the CPU-hours left."""
