@@ -95,8 +95,9 @@ def summarize(runs: Path) -> dict[str, Any]:
     }
 
 
-def render(summary: dict[str, Any], command: str) -> str:
-    """``<name>.md`` from the summary alone."""
+def render(summary: dict[str, Any], command: str | None = None) -> str:
+    """``<name>.md`` from the summary alone (its own ``command`` unless one is given)."""
+    command = summary.get("command", "") if command is None else command
     unit = summary["unit"]
     rows = [
         [

@@ -31,7 +31,7 @@ from typing import Any
 
 from theseus_zoo.training import stats
 
-from . import deploy, deploy_llama, headroom, methods, page_tables, seed_intervals, warmup_fit
+from . import deploy, deploy_llama, headroom, methods, page_tables, search_table, seed_intervals, warmup_fit
 from .harness import markdown_table
 from .page_tables import RESULTS, load, signed
 
@@ -385,6 +385,12 @@ TABLES: dict[str, Callable[[], str]] = {
     "deploy-kernels": page_tables.deploy_kernels_table,
     "deploy-accuracy": page_tables.deploy_accuracy_table,
     "performance": page_tables.performance_table,
+    **{
+        f"search-gcn-polblogs-latency-{budget.replace('.', '')}": (
+            lambda budget=budget: search_table.render(load(f"search-gcn-polblogs-latency-{budget}.json"))
+        )
+        for budget in ("0.4", "0.25")
+    },
 }
 
 

@@ -6,7 +6,7 @@
 # resume (finished runs are kept); python -m benchmarks.search_table runs/budget-gcn writes the table.
 cd "$(dirname "$0")/../.."
 budget=${BUDGET:-0.4}
-root=runs/budget-gcn
+root=${ROOT:-runs/budget-gcn}
 mkdir -p $root
 echo '{"options": {"num_layers": 3}}' > $root/search.json
 for seed in 0 1 2 3 4; do
