@@ -300,6 +300,27 @@ def layer_successor(
     return layer
 
 
+def layer_units(model: nn.Module) -> list[nn.Module]:
+    """The layers of a transformers model, for FSDP2 to shard one by one: the outermost modules of the classes its
+    ``_no_split_modules`` names (a decoder's ``LlamaDecoderLayer``, BERT's ``BertLayer`` and embeddings). Under
+    `theseus_core.replace_` these are each predecessor layer and each successor layer (copies of the class).
+
+    Raises:
+        ValueError: the model names no such class, or has none of them.
+    """
+    names = set(getattr(model, "_no_split_modules", None) or ())
+    units: list[nn.Module] = []
+    inside: set[int] = set()
+    for module in model.modules():
+        if id(module) in inside or type(module).__name__ not in names:
+            continue
+        units.append(module)
+        inside.update(id(child) for child in module.modules())
+    if not units:
+        raise ValueError(f"{type(model).__name__} names no layer class to shard (_no_split_modules: {sorted(names)})")
+    return units
+
+
 def _fresh_layer(layer_class: type, config, hidden_size: int, index: int) -> nn.Module:
     narrow = copy.deepcopy(config)
     narrow.hidden_size = hidden_size

@@ -263,6 +263,27 @@ class Theseus:
         router = self._router
         return {s.path: (router.calls[s.index], router.successor_calls[s.index]) for s in self._sites}
 
+    def share_routes(self, copy: nn.Module) -> None:
+        """Makes ``copy``, a `copy.deepcopy` of the handle's model, route through this handle: its sites draw from
+        this handle's generator at this handle's rate, so that the routes `rate` sets, `state_dict` saves and
+        `last_routes` reports are those ``copy`` takes (a data-parallel wrapper that trains a sharded copy, as
+        FSDP2 does in `theseus_zoo.training.sharding`). Nothing else is shared: `finalize` and `restore` act on the
+        handle's own model.
+
+        Raises:
+            ValueError: ``copy`` does not hold sites at this handle's paths, in order.
+        """
+        self._require("active")
+        sites = [module for module in copy.modules() if isinstance(module, ReplacementSite)]
+        paths = [site.path for site in self._sites]
+        if [site.path for site in sites] != paths:
+            raise ValueError(
+                f"share_routes: the copy's sites are at {[site.path for site in sites]}, this handle's at {paths}; "
+                f"give a copy.deepcopy of the handle's model"
+            )
+        for site in sites:
+            site._router = self._router
+
     # --------------------------------------------------------------- parameters
     def successor_parameters(self) -> Iterator[nn.Parameter]:
         """Parameters of the successors and their projections: what the optimizer trains."""

@@ -6,6 +6,7 @@
     theseus fetch ASSET [ASSET ...]
     theseus compress --recipe NAME [--out DIR] [--config FILE.json] [--seed N] [--steps-to-one N] [--resume]
                      [--predecessor-from RUN_DIR] [--threads N] [--no-progress]
+                     [--parallel ddp|fsdp] [--activation-checkpointing]
     theseus sweep --recipe NAME (--grid FIELD=V1,V2,... ... | --paper-grid) [--out DIR] [same flags]
     theseus analyze --recipe NAME --analysis sensitivity|schedules|budget [--out DIR] [same flags]
     theseus export --onnx RUN_DIR [--out DIR]
@@ -19,6 +20,8 @@ that brings it (``pip install -e '.[zoo]'``). Ctrl-C keeps the last checkpoint:
 
     torchrun --standalone --nproc_per_node 2 -m theseus_zoo.cli compress --recipe NAME ...
 
+``--parallel fsdp`` shards each layer's parameters, gradients and optimizer state across the ranks (FSDP2, for the
+causal_lm family; `theseus_zoo.training.sharding`); ``ddp``, the default, gives every rank the whole model.
 Rank 0 prints the report (and an error every rank met, once); ``sweep`` and
 ``analyze`` run in one process.
 """
@@ -80,6 +83,18 @@ def _parser() -> argparse.ArgumentParser:
         "--keep-checkpoints",
         action="store_true",
         help="keep checkpoint.pt.previous once the run is finished (by default only checkpoint.pt stays)",
+    )
+    compress.add_argument(
+        "--parallel",
+        choices=("ddp", "fsdp"),
+        default="ddp",
+        help="under torchrun: ddp (every rank the whole model; the default) or fsdp (FSDP2, each layer sharded across "
+        "the ranks; causal_lm)",
+    )
+    compress.add_argument(
+        "--activation-checkpointing",
+        action="store_true",
+        help="with --parallel fsdp: recompute each layer's activations in the backward pass instead of keeping them",
     )
     compress.add_argument(
         "--budget",
@@ -324,6 +339,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"the runs, {args.analysis}.json and {args.analysis}.png are in {out}")
             return 0
         from .training.run import Run  # heavy imports (accelerate) only for a run
+        from .training.sharding import Parallelism
+
+        parallelism = Parallelism(args.parallel, args.activation_checkpointing)
 
         out = args.out or Path("runs") / recipe.name
         run = Run(
@@ -333,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
             progress=not args.no_progress,
             predecessor_from=args.predecessor_from,
             keep_checkpoints=args.keep_checkpoints,
+            parallelism=parallelism,
         )
         run.run()  # returns on every rank once rank 0 has written the report
     except (ValueError, KeyError, FileNotFoundError) as error:

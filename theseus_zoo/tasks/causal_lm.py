@@ -306,6 +306,12 @@ class CausalLMTask:
         size = self.options.eval_batch_size
         return [{"input_ids": chosen[start : start + size]} for start in range(0, count, size)]
 
+    def shard_units(self, model: nn.Module) -> list[nn.Module]:
+        """`ShardsLayers`: the decoder layers (`theseus_adapters.hf.layer_units`)."""
+        from theseus_adapters import hf
+
+        return hf.layer_units(model)
+
     def truncated(self, predecessor: nn.Module) -> nn.Module:
         """The successor-sized model the ``truncated`` and ``kd`` baselines fine-tune, as ``truncation`` says."""
         if self.options.truncation == "plan":

@@ -81,6 +81,16 @@ class BuildsDirect(Protocol):
 
 
 @runtime_checkable
+class ShardsLayers(Protocol):
+    """The modules of a model of the family that FSDP2 shards one by one (``theseus compress --parallel fsdp``,
+    `theseus_zoo.training.sharding`): its layers, for the predecessor, a baseline, and a model under replacement
+    (there, each predecessor layer and each successor), none inside another. What is outside them (embeddings,
+    head) is sharded as one unit."""
+
+    def shard_units(self, model: nn.Module) -> list[nn.Module]: ...
+
+
+@runtime_checkable
 class ExportsOnnx(Protocol):
     """The family's exported model (what `Task.export` wrote in ``model_dir``) as ONNX files in ``out``, each
     verified in ONNX Runtime (`theseus_zoo.export.onnx.export_onnx`): what ``theseus export --onnx`` runs. Raises

@@ -1,7 +1,8 @@
 """The training loop of one stage: `train_phase`, evaluating and checkpointing every ``eval_every`` steps.
 
 It knows nothing of methods (an `Objective` says what to train with which loss) nor of run directories (a
-`Session` logs, checkpoints, evaluates on dev and keeps the RNG): what it owns is the order of a step (data order,
+`Session` logs, checkpoints, evaluates on dev and keeps the RNG) nor of how the model is spread over the ranks (the
+session's `theseus_zoo.training.sharding` strategy: DDP or FSDP2): what it owns is the order of a step (data order,
 replacing rate, unfreezing at p = 1, learning rate, forward, a finite loss, backward, clipping, AdamW), early
 stopping on the dev metric with the best state kept, and resuming inside a stage.
 """
@@ -18,10 +19,9 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ..recipes import Phase
-from . import ranks
 from .data_order import DataOrder, labelled_split
 from .methods import Objective, to_device
-from .optimization import optimizer_groups
+from .optimization import adamw
 from .run_directory import RunError
 from .state import Best, StageProgress, StageRecord
 
@@ -31,22 +31,20 @@ if TYPE_CHECKING:
 
 def optimizer_for(model: nn.Module, objective: Objective, phase: Phase) -> torch.optim.AdamW:
     """AdamW over the objective's parameters with the phase's rate and weight decay (none on biases and norms)."""
-    return torch.optim.AdamW(optimizer_groups(model, objective.trained, phase.weight_decay), lr=phase.lr)
+    return adamw(model, objective.trained, phase)
 
 
 def train_phase(session: Session, name: str, model: nn.Module, objective: Objective, phase: Phase) -> None:
     """Trains stage ``name`` of ``model``, evaluating and checkpointing every ``phase.eval_every`` steps, and records
     it in ``session.state.done[name]`` (a `StageRecord`: best weights, best dev metric and step, steps, seconds, the
     RNG where the next stage starts). Resumes inside the stage when the session's checkpoint stopped there."""
-    accelerator, task, recipe = session.accelerator, session.task, session.recipe
-    theseus, schedule, late = objective.theseus, objective.schedule, objective.late
-    optimizer = optimizer_for(model, objective, phase)
-    model, optimizer = accelerator.prepare(model, optimizer)
-    unwrapped = accelerator.unwrap_model(model)
+    accelerator, task, recipe, parallel = session.accelerator, session.task, session.recipe, session.parallel
+    theseus, schedule = objective.theseus, objective.schedule
+    prepared = parallel.prepare(model, objective, phase)
+    model, optimizer, late, unwrapped = prepared.model, prepared.optimizer, prepared.late, prepared.evaluated
     current = session.state.current
     if current is not None and current.phase == name:  # resuming inside this stage
-        unwrapped.load_state_dict(current.weights)
-        optimizer.load_state_dict(current.optimizer)
+        parallel.restore(prepared, session.out, current)
         if theseus is not None:
             theseus.load_state_dict(current.routing)
         session.rng.restore(current.rng)
@@ -56,12 +54,14 @@ def train_phase(session: Session, name: str, model: nn.Module, objective: Object
     started = time.perf_counter()
 
     def checkpoint() -> None:
+        weights, optimizer_state, sharded = parallel.snapshot(prepared, session.out, name, step)
         session.save(
             StageProgress(
                 phase=name,
                 step=step,
-                weights=cpu_state(unwrapped),
-                optimizer=optimizer.state_dict(),
+                weights=weights,
+                optimizer=optimizer_state,
+                sharded=sharded,
                 routing=theseus.state_dict() if theseus is not None else None,
                 rng=session.rng.state(),
                 best=best,
@@ -113,14 +113,11 @@ def train_phase(session: Session, name: str, model: nn.Module, objective: Object
                     quiet=not session.main,
                 )
             if value.requires_grad:  # every group on its frozen predecessor: nothing to learn this step
-                accelerator.backward(value)
-                if objective.outside_wrapper:  # DDP averaged none of these gradients
-                    ranks.average_gradients(objective.trained)
+                parallel.backward(prepared, value, objective.outside_wrapper)
         record = {"phase": name, "step": step + 1, "loss": mean, "lr": lr}
         if value.requires_grad:
             if phase.max_grad_norm is not None:
-                norm = accelerator.clip_grad_norm_(objective.trained, phase.max_grad_norm)
-                record["grad_norm"] = float(norm)
+                record["grad_norm"] = parallel.clip_grad_norm_(prepared, phase.max_grad_norm)
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         step += 1
@@ -134,7 +131,8 @@ def train_phase(session: Session, name: str, model: nn.Module, objective: Object
             value = metrics[task.metric]
             at_one = theseus is None or theseus.rate >= 1.0
             if value > best.metric:
-                best = Best(value, step, cpu_state(unwrapped))
+                weights, sharded = parallel.best(prepared, name, step)
+                best = Best(value, step, weights, sharded=sharded)
             elif at_one:
                 best.evaluations_since += 1
             patience = recipe.patience if theseus is not None else None
@@ -146,8 +144,10 @@ def train_phase(session: Session, name: str, model: nn.Module, objective: Object
     bar.close()
     for parameter in late:
         parameter.requires_grad_(False)
+    weights = parallel.best_weights(prepared, session.out, best)
+    parallel.finish(prepared)
     session.state.done[name] = StageRecord(
-        weights=best.weights,
+        weights=weights,
         best_metric=best.metric,
         best_step=best.step,
         steps=step,
@@ -155,8 +155,3 @@ def train_phase(session: Session, name: str, model: nn.Module, objective: Object
         rng=session.rng.state(),  # where the next stage's draws start, also after a resume
     )
     session.save(None)
-
-
-def cpu_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    """A copy of ``model``'s state dict on the CPU."""
-    return {key: tensor.detach().to("cpu", copy=True) for key, tensor in model.state_dict().items()}

@@ -17,7 +17,7 @@ from torch import nn
 import theseus_core as th
 from theseus_core.spec import resolve
 
-from ..recipes import Recipe
+from ..recipes import Phase, Recipe
 from ..tasks.protocols import HasHead
 
 ParameterGroup = tuple[str, list[nn.Parameter]]
@@ -50,6 +50,11 @@ def optimizer_groups(model: nn.Module, parameters: list[nn.Parameter], weight_de
         {"params": decay, "weight_decay": weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
+
+
+def adamw(model: nn.Module, parameters: list[nn.Parameter], phase: Phase) -> torch.optim.AdamW:
+    """AdamW over ``parameters`` (of ``model``) with the phase's rate and weight decay (none on biases and norms)."""
+    return torch.optim.AdamW(optimizer_groups(model, parameters, phase.weight_decay), lr=phase.lr)
 
 
 def unfrozen_at_one(model: nn.Module, theseus: th.Theseus, which: str, task: Any) -> list[nn.Parameter]:

@@ -19,8 +19,10 @@ on the recipe before anything else (a mismatch is one line, not a hang), draw th
 generator, from the recipe seed: its fingerprint is compared at every evaluation) and different dropout masks
 (`ranks.ForwardRng`); rank 0 alone evaluates on dev, takes the lock and writes every file (checkpoints, metrics,
 report, export) while the others wait where its files or its word are needed (`theseus_zoo.training.session`).
-The logged loss is the mean over ranks. Metrics go to ``metrics.jsonl``, and to TensorBoard (``<out>/tensorboard``)
-when the ``tensorboard`` package is installed.
+With ``--parallel fsdp`` each stage trains under FSDP2 instead, every layer sharded across the ranks, every rank
+evaluating with its shards and writing them into each checkpoint (`theseus_zoo.training.sharding`); the models it
+hands on are whole, as with DDP. The logged loss is the mean over ranks. Metrics go to ``metrics.jsonl``, and to
+TensorBoard (``<out>/tensorboard``) when the ``tensorboard`` package is installed.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from .report import write_report
 from .run_directory import CHECKPOINT, RunError
 from .search import BudgetSearch
 from .session import Session
+from .sharding import Parallelism, prune_sharded
 
 
 class Run:
@@ -56,6 +59,7 @@ class Run:
         progress: bool = True,
         predecessor_from: Path | None = None,
         keep_checkpoints: bool = False,
+        parallelism: Parallelism | None = None,
     ) -> None:
         """Checks everything and opens ``out`` (`Session.open`); trains nothing until `run`.
 
@@ -64,10 +68,17 @@ class Run:
 
         ``predecessor_from``: a run directory whose fine-tuned predecessor this run takes instead of training its
         own; that run must have the same family, options and predecessor phase (its seed may differ: seeds then
-        vary the compression and the baselines only)."""
+        vary the compression and the baselines only).
+
+        ``parallelism``: how each stage is spread over the ranks (`Parallelism`: DDP, the default, or FSDP2)."""
         self.recipe, self.out, self.keep_checkpoints = recipe, Path(out), keep_checkpoints
         self.session = Session.open(
-            recipe, self.out, resume=resume, progress=progress, predecessor_from=predecessor_from
+            recipe,
+            self.out,
+            resume=resume,
+            progress=progress,
+            predecessor_from=predecessor_from,
+            parallelism=parallelism,
         )
         self.task, self.main = self.session.task, self.session.main
 
@@ -123,6 +134,7 @@ class Run:
         report = ranks.from_rank_zero(write_report(session, models, compact) if self.main else None)
         if self.main and not self.keep_checkpoints:  # finished: one checkpoint is all a later run reads
             previous_of(self.out / CHECKPOINT).unlink(missing_ok=True)
+            prune_sharded(self.out, set(), everything=True)  # the finished checkpoint names none
         return report
 
     def _train(self, method: Method, context: Context) -> nn.Module:

@@ -3,10 +3,11 @@
 (`theseus_zoo.training.rng.RunRng`) and its metrics log (`theseus_zoo.training.metrics_log.MetricsLog`) are parts
 of their own.
 
-`Session.open` checks everything before anything is written (the ranks agree on the recipe, the directory is free
-or resumable and writable, batches divide among the ranks, the family can do what the recipe asks, a borrowed
-predecessor fits), then rank 0 alone takes the lock and writes; the others wait where its files or its word are
-needed (`theseus_zoo.training.ranks`). `theseus_zoo.training.loop` trains a stage through it;
+`Session.open` checks everything before anything is written (the ranks agree on the recipe and on how to spread it
+over them, the directory is free or resumable and writable, batches divide among the ranks, the family can do what
+the recipe asks, a borrowed predecessor fits), then rank 0 alone takes the lock and writes; the others wait where
+its files or its word are needed (`theseus_zoo.training.ranks`), except that under FSDP2 every rank writes its
+shards of each checkpoint (`theseus_zoo.training.sharding`). `theseus_zoo.training.loop` trains a stage through it;
 `theseus_zoo.training.run` orchestrates the stages.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,13 +31,14 @@ import theseus_core as th
 from ..methods import parse_method
 from ..recipes import Phase, Recipe, with_defaults
 from ..tasks import Task, build_task
-from ..tasks.protocols import BuildsDirect, CompressionOptions, refinement
+from ..tasks.protocols import BuildsDirect, CompressionOptions, ShardsLayers, refinement
 from . import ranks
 from .checkpoints import previous_of, read_checkpoint, write_checkpoint
 from .data_order import labelled_split
 from .metrics_log import MetricsLog
 from .rng import RunRng
 from .run_directory import CHECKPOINT, RunError, RunLock, check_writable, finished_predecessor, repair_metrics
+from .sharding import DataParallel, Parallelism, parallel_for, prune_sharded
 from .state import RunState, StageProgress, StageRecord
 
 FINISHED_FILES = ("report.json", "report.md", "metrics.jsonl", "model")
@@ -51,8 +54,9 @@ def atomic_save(obj: Any, path: Path) -> None:
 class Session:
     """One run's directory, ranks, state and logs (see the module doc). Build it with `Session.open`."""
 
-    def __init__(self, recipe: Recipe, out: Path, progress: bool) -> None:
+    def __init__(self, recipe: Recipe, out: Path, progress: bool, parallelism: Parallelism | None = None) -> None:
         self.recipe, self.out, self.progress = recipe, Path(out), progress
+        self.parallelism = parallelism or Parallelism()
         self.accelerator = Accelerator(  # writes nothing; under torchrun, joins the process group
             cpu=not torch.cuda.is_available(),
             kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)],  # one branch per step
@@ -62,15 +66,27 @@ class Session:
         self.rng = RunRng(recipe.seed, rank, self.processes, device)
         self.state = RunState()
         self.task: Task
+        self.parallel: DataParallel  # once the ranks agree that the run can start (`parallel_for`)
+        self._sharded_kept: set[str] = set()  # the sharded directories the previous checkpoint names
         self.lock: RunLock | None = None
         self.metrics: MetricsLog | None = None  # once the directory is checked and locked
 
     @classmethod
-    def open(cls, recipe: Recipe, out: Path, *, resume: bool, progress: bool, predecessor_from: Path | None) -> Session:
+    def open(
+        cls,
+        recipe: Recipe,
+        out: Path,
+        *,
+        resume: bool,
+        progress: bool,
+        predecessor_from: Path | None,
+        parallelism: Parallelism | None = None,
+    ) -> Session:
         """Checks, then opens the run directory (see the module doc); raises `RunError` (every rank alike) before
-        any write when something is wrong."""
-        session = cls(recipe, out, progress)
-        mismatch = ranks.disagreement(ranks.all_gather(recipe.to_dict()))
+        any write when something is wrong. ``parallelism``: DDP (the default) or FSDP2."""
+        session = cls(recipe, out, progress, parallelism)
+        spread = dataclasses.asdict(session.parallelism)
+        mismatch = ranks.disagreement(ranks.all_gather({**recipe.to_dict(), "parallel": spread}))
         if mismatch is not None:  # before any collective that different recipes would leave waiting
             raise RunError(
                 f"the {session.processes} processes were given different recipes ({mismatch}); give every process "
@@ -80,6 +96,7 @@ class Session:
             )
         with session.together():  # every rank checks, reading only
             borrowed = session._check(resume, predecessor_from)
+        session.parallel = parallel_for(session.parallelism, session.accelerator, session.task)  # every rank
         # --- nothing above this line writes anything; below, rank 0 alone writes ---
         state, processes = session.state, session.processes
         if resume and state.processes != processes and session.main:
@@ -91,7 +108,9 @@ class Session:
             )
         if borrowed is not None:  # its RNG unused: what comes after starts from this run's RNG before the phase
             state.done["predecessor"] = dataclasses.replace(borrowed, rng=None, source=str(predecessor_from))
-        state.recipe, state.processes = recipe.to_dict(), processes
+        state.recipe, state.processes, state.parallel = recipe.to_dict(), processes, session.parallelism.kind
+        if resume:  # the directories of the checkpoint resumed from, which the next save makes the previous one
+            session._sharded_kept = session._sharded(state)
         with session.together():  # the others wait for rank 0's lock and files, and fail with it
             if session.main:
                 session.out.mkdir(parents=True, exist_ok=True)
@@ -136,6 +155,8 @@ class Session:
                 f"choose another --out, or delete them first"
             )
         check_writable(self.out)
+        if self.parallelism.kind == "fsdp":
+            self._check_sharding(recipe)
         phases = (("predecessor", recipe.predecessor), ("replacing", recipe.replacing), ("refine", recipe.refine))
         uneven = [name for name, phase in phases if phase is not None and phase.batch_size % self.processes]
         if uneven:
@@ -147,6 +168,11 @@ class Session:
         self.task.check()
         if recipe.labelled_examples is not None:
             self._check_few_labels(recipe, phases)
+        if self.parallelism.kind == "fsdp" and not isinstance(self.task, ShardsLayers):
+            raise RunError(
+                f"--parallel fsdp: the {recipe.family} family does not name its layers to shard (ShardsLayers); "
+                f"causal_lm does, or run it with --parallel ddp"
+            )
         if recipe.refine is not None and refinement(self.task) is None:
             raise RunError(
                 f"the recipe has a refine phase, but the {recipe.family} family has nothing to refine with these "
@@ -166,7 +192,36 @@ class Session:
                     f"--resume: the run in {self.out} used another recipe (see its recipe.json); "
                     f"resume with the same --recipe, --config and flags"
                 )
+            if self.state.parallel != self.parallelism.kind:
+                raise RunError(
+                    f"--resume: the run in {self.out} was checkpointed with --parallel {self.state.parallel}; "
+                    f"resume it with --parallel {self.state.parallel}"
+                )
         return borrowed
+
+    def _check_sharding(self, recipe: Recipe) -> None:
+        """``--parallel fsdp``: under torchrun, and none of what trains modules outside the model's forward or changes
+        which parameters train mid-stage (the family's part is checked once its task is built)."""
+        if "WORLD_SIZE" not in os.environ:
+            raise RunError(
+                "--parallel fsdp runs under torchrun: torchrun --standalone --nproc_per_node N -m theseus_zoo.cli "
+                "compress ... --parallel fsdp (N = 1 on one GPU)"
+            )
+        refused = {
+            "budget": recipe.budget is not None,
+            "labelled_examples": recipe.labelled_examples is not None,
+        }
+        for name in recipe.method_names():
+            spelled, own = parse_method(name), recipe.for_method(name)
+            refused[f"{name} (+warmup)"] = "warmup" in spelled.flags
+            refused[f"{name}'s consistency_weight"] = spelled.base == "theseus" and bool(own.consistency_weight)
+            refused[f"{name}'s unfreeze_at_one"] = spelled.base == "theseus" and own.unfreeze_at_one is not None
+        found = [what for what, given in refused.items() if given]
+        if found:
+            raise RunError(
+                f"--parallel fsdp does not run {', '.join(found)} yet (they train modules outside the sharded "
+                f"model's forward or change what trains mid-stage); run them with --parallel ddp"
+            )
 
     @contextmanager
     def together(self) -> Iterator[None]:
@@ -193,6 +248,17 @@ class Session:
         if self.main:
             self.state.metrics_bytes = self.metrics.size()
             atomic_save(self.state.to_dict(), self.out / CHECKPOINT)
+        if self.parallel.sharded:  # the checkpoint and the previous one name the directories a resume may read
+            named = self._sharded(self.state)
+            if self.main:
+                prune_sharded(self.out, named | self._sharded_kept)
+            self._sharded_kept = named
+
+    @staticmethod
+    def _sharded(state: RunState) -> set[str]:
+        """The sharded checkpoint directories ``state`` names: its stage in progress's and its best state's."""
+        current = state.current
+        return set() if current is None else {d for d in (current.sharded, current.best.sharded) if d is not None}
 
     def finished(self, stage: str) -> bool:
         """Whether ``stage`` is done; if so, the RNG continues from where that stage left it, so that a resumed run
@@ -223,7 +289,8 @@ class Session:
                 on_every_rank=True,
                 quiet=not self.main,
             )
-        metrics = self.task.evaluate(model, "dev") if self.main else None
+        sharded = self.parallel.sharded  # every rank runs its shards of the forward
+        metrics = self.task.evaluate(model, "dev") if self.main or sharded else None
         routing = theseus.state_dict() if theseus is not None and self.main else None
         metrics, routing = ranks.from_rank_zero((metrics, routing))
         if routing is not None and not self.main:

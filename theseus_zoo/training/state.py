@@ -5,7 +5,9 @@ The checkpoint file holds `RunState.to_dict`: plain containers and tensors, so t
 ``torch.load(weights_only=True)`` reads it (`theseus_zoo.training.checkpoints`). `RunState.from_dict` reads every
 layout written so far: version 1 is the first with a ``version`` field; a checkpoint without one (theseus 0.1.0 and
 later, before the field) has the same keys, some of a stage in progress missing (``stop``, ``seconds``), which load
-at their defaults.
+at their defaults. Version 2 adds how the run was spread over the ranks (``parallel``) and, under FSDP2, the
+sharded checkpoint directory of the stage in progress and of its best state (``sharded``), which then hold the
+weights and optimizer state in place of the file (`theseus_zoo.training.sharding`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import torch
 
 from .checkpoints import read_checkpoint
 
-STATE_VERSION = 1
+STATE_VERSION = 2
 """The layout `RunState.to_dict` writes."""
 
 Weights = dict[str, torch.Tensor]
@@ -71,12 +73,14 @@ class StageRecord:
 
 @dataclass
 class Best:
-    """The best dev state of a stage in progress, and how many evaluations at p = 1 have not beaten it."""
+    """The best dev state of a stage in progress, and how many evaluations at p = 1 have not beaten it; under
+    FSDP2 its weights are in the sharded checkpoint directory ``sharded`` instead."""
 
     metric: float = -float("inf")
     step: int = 0
     weights: Weights | None = None
     evaluations_since: int = 0
+    sharded: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -84,18 +88,20 @@ class Best:
             "step": self.step,
             "weights": self.weights,
             "evaluations_since": self.evaluations_since,
+            "sharded": self.sharded,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Best:
-        return cls(data["metric"], data["step"], data["weights"], data["evaluations_since"])
+        return cls(data["metric"], data["step"], data["weights"], data["evaluations_since"], data.get("sharded"))
 
 
 @dataclass
 class StageProgress:
     """The stage in progress at the last checkpoint: its name (``phase``), the step reached, the model's and the
     optimizer's state, the routing state of a Theseus stage, the RNG, the best state so far, whether early
-    stopping decided at that evaluation (``stop``) and the wall-clock spent."""
+    stopping decided at that evaluation (``stop``) and the wall-clock spent; under FSDP2 the weights and optimizer
+    state are empty and ``sharded`` names the directory that holds them."""
 
     phase: str
     step: int
@@ -106,6 +112,7 @@ class StageProgress:
     best: Best
     stop: bool = False
     seconds: float = 0.0
+    sharded: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -118,6 +125,7 @@ class StageProgress:
             "best": self.best.to_dict(),
             "stop": self.stop,
             "seconds": self.seconds,
+            "sharded": self.sharded,
         }
 
     @classmethod
@@ -132,14 +140,16 @@ class StageProgress:
             Best.from_dict(data["best"]),
             data.get("stop", False),  # checkpoints of theseus 0.1.0 have neither
             data.get("seconds", 0.0),
+            data.get("sharded"),
         )
 
 
 @dataclass
 class RunState:
     """Everything a run needs to resume: the finished stages by name, the stage in progress, the recipe as
-    `Recipe.to_dict` wrote it, the number of processes, and the length of ``metrics.jsonl`` at the checkpoint (a
-    resume cuts what was logged after it)."""
+    `Recipe.to_dict` wrote it, the number of processes and how the stages were spread over them (``parallel``:
+    ``"ddp"`` or ``"fsdp"``), and the length of ``metrics.jsonl`` at the checkpoint (a resume cuts what was logged
+    after it)."""
 
     done: dict[str, StageRecord] = field(default_factory=dict)
     current: StageProgress | None = None
@@ -148,6 +158,7 @@ class RunState:
     metrics_bytes: int = 0
     search: dict[str, Any] | None = None
     """A budget search's outcome (`theseus_zoo.training.search`), so that a resumed run keeps its choice."""
+    parallel: str = "ddp"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -158,6 +169,7 @@ class RunState:
             "processes": self.processes,
             "metrics_bytes": self.metrics_bytes,
             "search": self.search,
+            "parallel": self.parallel,
         }
 
     @classmethod
@@ -177,6 +189,7 @@ class RunState:
             data.get("processes", 1),
             data.get("metrics_bytes", 0),
             data.get("search"),
+            data.get("parallel", "ddp"),
         )
 
 
