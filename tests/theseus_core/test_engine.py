@@ -722,3 +722,34 @@ def test_a_channel_attention_conv_at_the_end_of_a_block_is_no_boundary():
     successor = theseus.sites[0].successor
     assert (successor.in_proj.in_channels, successor.in_proj.out_channels) == (8, 4)
     assert (successor.out_proj.in_channels, successor.out_proj.out_channels) == (4, 8)
+
+
+def test_a_copy_that_shares_the_handles_routes_draws_them_from_the_handle():
+    """What FSDP2's sharded twin relies on (`theseus_zoo.training.sharding`): the rate set on the handle, the draws
+    counted and saved by it, and nothing else shared."""
+
+    class Stack(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = nn.ModuleList([nn.Linear(4, 4) for _ in range(4)])
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for block in self.blocks:
+                x = block(x)
+            return x
+
+    torch.manual_seed(0)
+    model = Stack()
+    specs = [th.ModuleSpec("blocks[0:2]", th.copy_module(0)), th.ModuleSpec("blocks[2:4]", th.copy_module(0))]
+    theseus = th.replace_(model, specs)
+    twin = copy.deepcopy(model)
+    theseus.share_routes(twin)
+    theseus.rate = 1.0
+    before = theseus.state_dict()["generator_state"]
+    twin.train()(torch.randn(2, 4))
+    assert theseus.route_counts == {"blocks[0:2]": (1, 1), "blocks[2:4]": (1, 1)}
+    assert not torch.equal(theseus.state_dict()["generator_state"], before)
+    twin.blocks[0].successor.inner.weight.data.add_(1.0)  # the weights are the copy's own
+    assert not torch.equal(twin.blocks[0].successor.inner.weight, model.blocks[0].successor.inner.weight)
+    with pytest.raises(ValueError, match=r"give a copy\.deepcopy"):
+        theseus.share_routes(nn.Sequential(nn.Linear(4, 4)))
