@@ -39,10 +39,8 @@ def command(config: Path, out: Path, *more: str) -> list[str]:
     return ["compress", *recipe, "--out", str(out), "--no-progress", *more]
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory, config):
+def runs(root: Path, config: Path) -> tuple[Path, Path]:
     """One process (DDP's path), and two under FSDP2 with activation checkpointing, uninterrupted."""
-    root = tmp_path_factory.mktemp("runs")
     sharded = ("--parallel", "fsdp", "--activation-checkpointing")
     launched = Torchrun("-m", "theseus_zoo.cli", *command(config, root / "two", *sharded), logs=root / "logs")
     assert cli.main(command(config, root / "one")) == 0  # meanwhile
@@ -57,8 +55,11 @@ def logits(run: Path) -> torch.Tensor:
         return model(input_ids=torch.arange(5, 19).view(2, 7), use_cache=False).logits
 
 
-def test_two_sharded_processes_log_the_one_process_losses_and_export_its_model(runs):
-    one, two = runs
+def test_two_sharded_processes_train_as_one_and_a_rank_killed_mid_stage_resumes_bit_for_bit(
+    tmp_path, monkeypatch, capsys, config
+):
+    """One test, so that pytest-xdist never runs the two-process run twice (once per worker)."""
+    one, two = runs(tmp_path, config)
     alone, sharded = records(one), records(two)
     assert [(r["phase"], r["step"]) for r in sharded] == [(r["phase"], r["step"]) for r in alone]
     assert {r["phase"] for r in sharded} == {"replacing", "baseline:truncated"}
@@ -76,9 +77,11 @@ def test_two_sharded_processes_log_the_one_process_losses_and_export_its_model(r
     assert read_state(two / "checkpoint.pt").parallel == "fsdp"
     assert not (two / "sharded").exists()  # finished: the checkpoint names no sharded directory
 
+    monkeypatch.setenv("WORLD_SIZE", "1")  # a DDP checkpoint resumes only under DDP, refused before any work
+    assert cli.main(command(config, one, "--resume", "--parallel", "fsdp")) == 2
+    assert "checkpointed with --parallel ddp; resume it with --parallel ddp" in capsys.readouterr().err
+    monkeypatch.delenv("WORLD_SIZE")
 
-def test_a_rank_killed_mid_stage_resumes_to_the_uninterrupted_losses(tmp_path, monkeypatch, config, runs):
-    _, two = runs
     out, sharded = tmp_path / "killed", ("--parallel", "fsdp", "--activation-checkpointing")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(DIES), os.environ.get("PYTHONPATH")])))
     monkeypatch.setenv("THESEUS_DIE_AT_SNAPSHOT", "3")  # as replacing's step 6 saves: back to step 3, AdamW going
@@ -88,7 +91,7 @@ def test_a_rank_killed_mid_stage_resumes_to_the_uninterrupted_losses(tmp_path, m
     assert (out / "sharded").is_dir()  # what the checkpoint names is there to resume from
     assert read_state(out / "checkpoint.pt").current.step == 3
     monkeypatch.delenv("THESEUS_DIE_AT_SNAPSHOT")
-    resumed = Torchrun("-m", "theseus_zoo.cli", *command(config, out, *sharded, "--resume"), logs=tmp_path / "logs")
+    resumed = Torchrun("-m", "theseus_zoo.cli", *command(config, out, *sharded, "--resume"), logs=tmp_path / "resumed")
     returncode, _, stderr, _ = resumed.wait()
     assert returncode == 0, stderr[-3000:]
     again, uninterrupted = records(out), records(two)
@@ -121,10 +124,3 @@ def test_what_fsdp_cannot_run_is_refused_in_one_line_before_any_work(
     errors = capsys.readouterr().err.strip().splitlines()
     assert len(errors) == 1 and message in errors[0], errors
     assert not (tmp_path / "run").exists()
-
-
-def test_a_ddp_checkpoint_resumes_only_under_ddp(monkeypatch, capsys, config, runs):
-    one, _ = runs
-    monkeypatch.setenv("WORLD_SIZE", "1")
-    assert cli.main(command(config, one, "--resume", "--parallel", "fsdp")) == 2
-    assert "checkpointed with --parallel ddp; resume it with --parallel ddp" in capsys.readouterr().err
