@@ -87,21 +87,23 @@ def test_a_family_that_offers_no_candidates_is_refused_in_one_line():
     assert "\n" not in str(refused.value)
 
 
-def test_a_budget_on_the_toy_exports_a_shorter_toy_stack(tmp_path):
-    config = tmp_path / "tiny.json"
-    config.write_text(
-        json.dumps(
-            {
-                "predecessor": {"steps": 10, "eval_every": 5},
-                "replacing": {"steps": 6, "eval_every": 3},
-                "steps_to_one": 3,
-            }
-        )
+def searched(tmp_path, recipe, steps, *args):
+    """A tiny run of ``recipe`` with ``args`` (methods, budget) in ``tmp_path/recipe``; its report's search."""
+    config = tmp_path / f"{recipe}.json"
+    phases = {"predecessor": {"steps": steps[0], "eval_every": 5}, "replacing": {"steps": steps[1], "eval_every": 2}}
+    config.write_text(json.dumps({**phases, "steps_to_one": steps[1] // 2}))
+    out = tmp_path / recipe
+    assert (
+        cli.main(["compress", "--recipe", recipe, "--config", str(config), "--out", str(out), "--no-progress", *args])
+        == 0
     )
-    out = tmp_path / "toy"
-    args = ["compress", "--recipe", "toy", "--config", str(config), "--out", str(out), "--no-progress"]
-    assert cli.main([*args, "--methods", "theseus+warmup+kd,kd", "--budget", "params=0.5,steps=5"]) == 0
-    search = json.loads((out / "report.json").read_text())["search"]
+    return json.loads((out / "report.json").read_text())["search"], out
+
+
+def test_a_budget_on_the_toy_exports_a_shorter_toy_stack(tmp_path):
+    search, out = searched(
+        tmp_path, "toy", (10, 6), "--methods", "theseus+warmup+kd,kd", "--budget", "params=0.5,steps=5"
+    )
     assert search["predicted_ratio"] <= 0.5 and search["params_ratio"] == pytest.approx(search["predicted_ratio"])
     kept = json.loads((out / "model" / "config.json").read_text())["num_blocks"]
     sizes = [3, 3, 2]  # the toy's groups of its 8 blocks
@@ -113,21 +115,9 @@ def test_a_budget_on_the_toy_exports_a_shorter_toy_stack(tmp_path):
 
 def test_a_budget_on_a_graph_exports_an_ordinary_gcn(tmp_path, monkeypatch):
     """The gnn family's candidates (keep, skip, one): any choice converts back into a GCN that reloads."""
-    config = tmp_path / "tiny.json"
-    config.write_text(
-        json.dumps(
-            {
-                "predecessor": {"steps": 5, "eval_every": 5},
-                "replacing": {"steps": 4, "eval_every": 2},
-                "steps_to_one": 2,
-            }
-        )
+    search, out = searched(
+        tmp_path, "gcn-karate", (5, 4), "--methods", "theseus,truncated", "--budget", "params=0.8,steps=3"
     )
-    out = tmp_path / "gcn"
-    args = ["compress", "--recipe", "gcn-karate", "--config", str(config), "--out", str(out), "--no-progress"]
-    assert cli.main([*args, "--methods", "theseus,truncated", "--budget", "params=0.8,steps=3"]) == 0
-    report = json.loads((out / "report.json").read_text())
-    search = report["search"]
     assert len(search["chosen"]) == 2 and search["predicted_ratio"] <= 0.8
     assert all("skip" not in names for path, names in search["candidates"].items() if path.endswith("[3:6]"))
     assert search["params_ratio"] == pytest.approx(search["predicted_ratio"], rel=1e-9)
