@@ -268,10 +268,11 @@ class CandidateLibrary:
             scores[key] = -statistics.mean(losses)
         return scores
 
-    def costs(self, batch: Any, forward: Forward, *, rounds: int = 7) -> tuple[dict[tuple[str, str], Cost], Cost]:
+    def costs(self, batch: Any, forward: Forward, *, rounds: int = 11) -> tuple[dict[tuple[str, str], Cost], Cost]:
         """Each candidate's measured cost on its group's real input from ``batch`` (eval mode, no gradient; rounds
         interleaved across candidates, the first dropped, the median kept), and the cost of the model outside the
-        groups: the reference's latency minus its groups' (``keep``), its parameters outside them."""
+        groups: the median over rounds of the reference's latency minus its groups' (``keep``) in the same round
+        (so that a load that comes and goes between rounds cancels), its parameters outside them."""
         _, calls = self.record(batch, forward)
         timings: dict[tuple[str, str], list[float]] = {key: [] for key in self.successors}
         whole: list[float] = []
@@ -290,10 +291,12 @@ class CandidateLibrary:
             key: Cost(statistics.median(values), sum(p.numel() for p in self.successors[key].parameters()))
             for key, values in timings.items()
         }
-        groups = [costs[(path, KEEP)] for path in self.paths]
         inside = {id(p) for site in self._reference.sites for p in site.parameters()}  # groups and keep copies
         outside = sum(p.numel() for p in self.reference.parameters() if id(p) not in inside)
-        rest = Cost(max(0.0, statistics.median(whole) - sum(cost.latency for cost in groups)), outside)
+        per_round = [
+            total - sum(timings[(path, KEEP)][index] for path in self.paths) for index, total in enumerate(whole)
+        ]
+        rest = Cost(max(0.0, statistics.median(per_round)), outside)
         return costs, rest
 
     # ------------------------------------------------------------------------------------------------ 4. choose
