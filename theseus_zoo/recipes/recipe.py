@@ -317,9 +317,7 @@ class Recipe:
     def method_names(self) -> tuple[str, ...]:
         """What the run trains, in order: ``methods`` when given, else ``"theseus"`` (unless ``theseus`` is false)
         and the baselines."""
-        if self.methods is not None:
-            return self.methods
-        return (("theseus",) if self.theseus else ()) + self.baselines
+        return methods_trained(self.methods, self.theseus, self.baselines)
 
     def theseus_and(self, *baselines: str) -> dict[str, Any]:
         """Overrides that train the recipe's Theseus (its first Theseus variant) and ``baselines`` alone, in the way
@@ -370,6 +368,14 @@ class Recipe:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def methods_trained(methods: Any, theseus: bool, baselines: Any) -> tuple[str, ...]:
+    """What a run with these recipe fields trains, in order: ``methods`` when given, else ``"theseus"`` (unless
+    ``theseus`` is false) and the baselines. `Recipe.method_names`, and a recorded recipe's (`Report.method_names`)."""
+    if methods is not None:
+        return tuple(methods)
+    return (("theseus",) if theseus else ()) + tuple(baselines)
 
 
 BUDGET_KINDS = ("latency", "params")

@@ -128,12 +128,10 @@ class Report:
         naming rule (`theseus_zoo.methods.report_keys`)."""
         from ..methods import parse_method, report_keys
         from ..recipes import with_defaults
+        from ..recipes.recipe import methods_trained
 
-        recipe = with_defaults(self.recipe) if self.recipe else {}
-        names = recipe.get("methods") or [
-            *(["theseus"] if recipe.get("theseus", True) else []),
-            *recipe.get("baselines", ()),
-        ]
+        recipe = with_defaults(self.recipe) if self.recipe else {"methods": None, "theseus": True, "baselines": ()}
+        names = methods_trained(recipe["methods"], recipe["theseus"], recipe["baselines"])
         return {key: str(parse_method(name)) for name, (key, _) in zip(names, report_keys(names), strict=True)}
 
     def stages(self, model: str) -> list[str]:
