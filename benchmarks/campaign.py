@@ -10,11 +10,18 @@ setting, grid seed); then, once a method's grid is finished in a cell, the setti
 over the grid seeds (`Campaign.chosen`) at every final seed. Each run trains its one method (``--methods``), so a
 run's numbers are its own (`theseus_zoo.training.rng.RunRng.start_stream`).
 
+Closed grids: with ``edge_extensions`` N > 0, a method whose best setting in a cell has the lowest or highest of its
+learning rates gets one more setting there, that setting at the next rate beyond the edge (the grid's own ratio
+between the edge and its neighbour), run on the grid seeds before anything is chosen; up to N times per cell and
+method (`Campaign.settings`). A setting that sets a learning rate is named by it (``lr2e-4``, ``lr2e-4-warmup0.5``,
+`rate_token`), and its extension by the new rate (``lr8e-4-warmup0.5``).
+
 ``run`` starts what is not done, ``--jobs`` processes of ``--threads`` threads at a time (``theseus compress`` each,
 `theseus_zoo.training.runners.CompressProcess`), in the campaign's order, until nothing is left or ``--hours`` have
 passed (then it starts nothing new and waits for the runs in flight). A run is done when its raw result is in the
 archive, ``benchmarks/results/campaigns/NAME/<cell>/<method>/<setting>/seed<N>/report.json`` (written the moment the
-run finishes: commit it); a done run never runs again. A run killed midway resumes from its checkpoint. One
+run finishes, with ``provenance.json``: the command, config, commit and machine; commit them); a done run never runs
+again. A run killed midway resumes from its checkpoint. One
 predecessor per (cell, seed), shared by the seed's methods: the first run of a seed fine-tunes it, the others take
 it (``--predecessor-from``); a predecessor lost with a machine is fine-tuned again by the next run that needs it, and
 must give the archived reports' predecessor outputs (`benchmarks.compare.same_predecessor`) or the campaign stops.
@@ -27,8 +34,10 @@ runs (each method's mean wall-clock of its runs, predecessor phases included, ti
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
+import shlex
 import shutil
 import statistics
 import sys
@@ -45,9 +54,12 @@ from theseus_zoo.training.run_directory import CHECKPOINT
 from theseus_zoo.training.runners import CompressProcess, ensure_run
 
 from .compare import phase_of, predecessor_outputs, same_predecessor
+from .harness import environment
 
 CAMPAIGNS = Path(__file__).parent / "campaigns"
 ARCHIVE = Path(__file__).parent / "results" / "campaigns"
+PROVENANCE = "provenance.json"
+"""Beside each archived report: the command and config it ran with, and the commit and machine it ran on."""
 
 
 @dataclass(frozen=True, order=True)
@@ -80,7 +92,9 @@ class Campaign:
     archive: Path = ARCHIVE
     runs_root: Path = Path("runs/campaigns")
     description: str = ""
+    edge_extensions: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _dev: dict[CampaignRun, float] = field(default_factory=dict, repr=False)  # of done runs: they never change
 
     @classmethod
     def load(cls, path: Path, *, archive: Path | None = None, runs_root: Path | None = None) -> Campaign:
@@ -100,10 +114,20 @@ class Campaign:
         for cell, definition in data["cells"].items():
             if "recipe" not in definition:
                 raise ValueError(f"campaign {name}: cell {cell} names no recipe")
+        extensions = data.get("edge_extensions", 0)
+        if not isinstance(extensions, int) or isinstance(extensions, bool) or extensions < 0:
+            raise ValueError(f"campaign {name}: edge_extensions must be a whole number >= 0, got {extensions!r}")
         for method, settings in data["methods"].items():
             parse_method(method)  # one vocabulary: an unknown name fails here, before any run
             if not settings:
                 raise ValueError(f"campaign {name}: method {method} has no settings")
+            for setting, values in settings.items():
+                rate = learning_rate(values)
+                if extensions and rate is not None and not setting.startswith(f"lr{rate_token(rate)}"):
+                    raise ValueError(
+                        f"campaign {name}: {method} setting {setting!r} has learning rate {rate:g}: with edge "
+                        f"extensions its name starts with lr{rate_token(rate)} (the extension is named by its rate)"
+                    )
         campaign = cls(
             name,
             data["cells"],
@@ -111,20 +135,33 @@ class Campaign:
             list(data["grid_seeds"]),
             list(data["final_seeds"]),
             description=data.get("description", ""),
+            edge_extensions=extensions,
         )
         campaign.archive = (archive or ARCHIVE) / name
         campaign.runs_root = (runs_root or Path("runs/campaigns")) / name
         return campaign
 
     # ------------------------------------------------------------------------------------------- what to run
+    def settings(self, cell: str, method: str) -> dict[str, dict[str, Any]]:
+        """``method``'s settings in ``cell``: the campaign's, then each edge extension its finished grid asked for
+        (module doc), in order."""
+        settings = dict(self.methods[method])
+        for _ in range(self.edge_extensions):
+            best = self._best(cell, method, settings)
+            extension = None if best is None else edge_extension(settings, best)
+            if extension is None:
+                break
+            settings[extension[0]] = extension[1]
+        return settings
+
     def grid(self) -> list[CampaignRun]:
         """Every (cell, method, setting, grid seed), cell by cell, seed by seed."""
         return [
             CampaignRun(cell, method, setting, seed)
             for cell in self.cells
             for seed in self.grid_seeds
-            for method, settings in self.methods.items()
-            for setting in settings
+            for method in self.methods
+            for setting in self.settings(cell, method)
         ]
 
     def report(self, run: CampaignRun) -> Report | None:
@@ -134,19 +171,33 @@ class Campaign:
 
     def dev(self, run: CampaignRun) -> float | None:
         """The dev metric of the state ``run`` kept (its method's last stage's best), if it is done."""
-        report = self.report(run)
-        return None if report is None else report.phases[phase_of(run.method)]["best_metric"]
+        if run not in self._dev:
+            report = self.report(run)
+            if report is None:
+                return None
+            self._dev[run] = report.phases[phase_of(run.method)]["best_metric"]
+        return self._dev[run]
 
-    def chosen(self, cell: str, method: str) -> str | None:
-        """The setting of ``method`` in ``cell`` with the best mean dev metric over the grid seeds, once every grid
-        run of it is done (ties: the first in the campaign's order); ``None`` before."""
+    def dev_means(self, cell: str, method: str, settings: dict[str, Any] | None = None) -> dict[str, float] | None:
+        """Mean dev metric over the grid seeds of each of ``method``'s settings in ``cell`` (`settings`, or those
+        given), once every grid run of them is done; ``None`` before."""
         means = {}
-        for setting in self.methods[method]:
+        for setting in settings if settings is not None else self.settings(cell, method):
             values = [self.dev(CampaignRun(cell, method, setting, seed)) for seed in self.grid_seeds]
             if any(value is None for value in values):
                 return None
             means[setting] = statistics.mean(values)
-        return max(means, key=lambda setting: means[setting])
+        return means
+
+    def _best(self, cell: str, method: str, settings: dict[str, Any]) -> str | None:
+        means = self.dev_means(cell, method, settings)
+        # equal means (to 1e-6: runs store float32 scores) go to the first in the campaign's order
+        return None if means is None else max(means, key=lambda setting: round(means[setting], 6))
+
+    def chosen(self, cell: str, method: str) -> str | None:
+        """The setting of ``method`` in ``cell`` with the best mean dev metric over the grid seeds, once every grid
+        run of it (edge extensions included) is done (ties: the first in the campaign's order); ``None`` before."""
+        return self._best(cell, method, self.settings(cell, method))
 
     def runs(self) -> list[CampaignRun]:
         """Every run known now, cell by cell: the cell's grid, then the final seeds of each of its methods whose grid
@@ -160,12 +211,11 @@ class Campaign:
                     runs += [CampaignRun(cell, method, setting, seed) for seed in self.final_seeds]
         return list(dict.fromkeys(runs))
 
-    def at_edge(self, method: str, setting: str) -> bool:
-        """Whether ``setting``'s learning rate is the lowest or highest of ``method``'s settings: a grid to extend
-        until the choice is interior."""
-        rates = {name: values.get("replacing", {}).get("lr") for name, values in self.methods[method].items()}
-        known = [rate for rate in rates.values() if rate is not None]
-        return len(set(known)) > 1 and rates[setting] in (min(known), max(known))
+    def at_edge(self, cell: str, method: str, setting: str) -> bool:
+        """Whether ``setting``'s learning rate is the lowest or highest of ``method``'s settings in ``cell``: a grid
+        to extend until the choice is interior."""
+        settings = self.settings(cell, method)
+        return edge_extension(settings, setting) is not None
 
     def waiting(self) -> list[tuple[str, str]]:
         """The (cell, method) pairs whose final runs wait on their grid."""
@@ -180,7 +230,7 @@ class Campaign:
         cell = dict(self.cells[run.cell].get("overrides", {}))
         setting = self.methods[run.method][run.setting]
         merged = {**cell, **setting, "methods": [run.method]}
-        for phase in ("predecessor", "replacing", "refine"):  # phases merge field by field
+        for phase in ("options", "predecessor", "replacing", "refine"):  # these merge field by field
             if isinstance(cell.get(phase), dict) and isinstance(setting.get(phase), dict):
                 merged[phase] = {**cell[phase], **setting[phase]}
         return merged
@@ -224,6 +274,13 @@ class Campaign:
                 )
         target = self.archive / run.path
         target.mkdir(parents=True, exist_ok=True)
+        provenance = {
+            "command": shlex.join(["theseus", "compress", "--recipe", recipe, *arguments, "--threads", str(threads)]),
+            "config": self.overrides(run),
+            "predecessor_from": None if source is None else str(source),
+            "environment": {**environment(), "torch_threads": threads},
+        }
+        (target / PROVENANCE).write_text(json.dumps(provenance, indent=2) + "\n")
         shutil.copyfile(directory / REPORT, target / REPORT)
         with self._lock:
             if source is None and self.predecessor_source(run) is None:
@@ -273,6 +330,32 @@ class Campaign:
             "waiting": waiting,
             "cpu_hours_left": estimate,
         }
+
+
+def learning_rate(setting: dict[str, Any]) -> float | None:
+    """The replacing learning rate a setting sets, if it sets one."""
+    return setting.get("replacing", {}).get("lr")
+
+
+def rate_token(rate: float) -> str:
+    """A learning rate as settings are named by it: ``2e-4``, ``1.6e-1``."""
+    mantissa, exponent = f"{rate:e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def edge_extension(settings: dict[str, dict[str, Any]], best: str) -> tuple[str, dict[str, Any]] | None:
+    """The setting that extends a grid whose ``best`` setting has its lowest or highest learning rate: ``best`` at
+    the next rate beyond that edge (the edge's ratio to its neighbour), named by that rate; ``None`` when ``best``
+    is interior or the settings do not vary the rate."""
+    rate = learning_rate(settings[best])
+    rates = sorted({learning_rate(values) for values in settings.values()} - {None})
+    if rate is None or len(rates) < 2 or rate not in (rates[0], rates[-1]):
+        return None
+    new = rate * rate / rates[-2] if rate == rates[-1] else rate * rate / rates[1]
+    new = float(f"{new:.6g}")
+    extended = copy.deepcopy(settings[best])
+    extended["replacing"]["lr"] = new
+    return f"lr{rate_token(new)}" + best.removeprefix(f"lr{rate_token(rate)}"), extended
 
 
 def clean(directory: Path) -> None:
@@ -363,6 +446,14 @@ def run_campaign(campaign: Campaign, jobs: int, threads: int, hours: float | Non
     return finished
 
 
+def edge_note(campaign: Campaign, cell: str, method: str, chosen: str) -> str:
+    if not campaign.at_edge(cell, method, chosen):
+        return ""
+    if campaign.edge_extensions:
+        return f" (still an edge of its grid after {campaign.edge_extensions} extensions)"
+    return " (an edge of its grid: extend it)"
+
+
 def format_status(campaign: Campaign, status: dict[str, Any]) -> str:
     lines = [f"campaign {campaign.name}: {status['done']} done, {status['running']} running, {status['left']} left"]
     hours = status["cpu_hours_left"]
@@ -376,7 +467,7 @@ def format_status(campaign: Campaign, status: dict[str, Any]) -> str:
         lines.append(
             f"  {cell:<26} {method:<18} done {row['done']:>3}  running {row['running']:>2}  left {row['left']:>3}  "
             + (
-                f"chosen {chosen}{' (an edge of its grid: extend it)' * campaign.at_edge(method, chosen)}"
+                f"chosen {chosen}{edge_note(campaign, cell, method, chosen)}"
                 if chosen
                 else "grid not finished (the final seeds wait on it)"
             )

@@ -1,11 +1,14 @@
 """benchmarks.campaign on a toy campaign: what is done is skipped, a killed job resumes, status counts."""
 
 import json
+import math
 import os
 import signal
 import subprocess
 import sys
 import time
+
+import pytest
 
 from benchmarks.campaign import Campaign, CampaignRun, format_status, main, next_runs, run_campaign
 
@@ -62,6 +65,12 @@ def test_a_campaign_runs_what_is_left_resumes_a_killed_job_and_skips_what_is_don
         if json.loads(line)["phase"] == "predecessor"
     ]
     assert steps == sorted(set(steps))  # resumed: no step logged twice
+    provenance = json.loads((campaign.archive / killed.path / "provenance.json").read_text())
+    assert (
+        provenance["command"].startswith("theseus compress --recipe toy --config ")
+        and "--seed 0" in provenance["command"]
+    )
+    assert provenance["config"] == campaign.overrides(killed) and provenance["environment"]["commit"]
     chosen = campaign.chosen("toy", "truncated")
     assert chosen in ("lr1e-3", "lr3e-3") and CampaignRun("toy", "truncated", chosen, 1) in campaign.runs()
     sources = {campaign.predecessor_source(CampaignRun("toy", "kd", "default", seed)) for seed in (0, 1)}
@@ -94,3 +103,97 @@ def test_an_unknown_method_or_campaign_is_refused_before_any_run(tmp_path, capsy
     assert main(["status", "nothing", "--campaigns", str(tmp_path)]) == 2
     assert "no campaign 'nothing'; campaigns: bad" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
+
+
+def rates_campaign(tmp_path, dev_at_rate, extensions=2):
+    """A campaign whose runs are never trained: each run in ``done`` (a set the test fills) has the dev metric
+    ``dev_at_rate(rate, seed)``."""
+    definition = {
+        "cells": {"toy": {"recipe": "toy"}},
+        "methods": {
+            "truncated": {f"lr{r}": {"replacing": {"lr": float(r)}} for r in ("1e-3", "2e-3", "4e-3")},
+            "kd": {
+                f"lr{r}-alpha{a}": {"replacing": {"lr": float(r)}, "kd_alpha": a}
+                for r in ("1e-3", "2e-3")
+                for a in (0.2, 0.5)
+            },
+        },
+        "grid_seeds": [0, 1],
+        "final_seeds": [0, 1, 2],
+        "edge_extensions": extensions,
+    }
+    (tmp_path / "rates.json").write_text(json.dumps(definition))
+    campaign = Campaign.load(tmp_path / "rates.json", archive=tmp_path / "archive", runs_root=tmp_path / "runs")
+    done: set[CampaignRun] = set()
+
+    def dev(run):
+        if run not in done:
+            return None
+        return dev_at_rate(float(run.setting.removeprefix("lr").split("-alpha")[0]), run.seed)  # named by its rate
+
+    campaign.dev = dev
+    return campaign, done
+
+
+def finish_grids(campaign, done):
+    """Marks every known grid run done, again and again, until the grids stop growing; returns the rounds taken."""
+    rounds = 0
+    while missing := [run for run in campaign.grid() if run not in done]:
+        done.update(missing)
+        rounds += 1
+    return rounds
+
+
+def test_rate_tokens_name_settings_by_their_rate():
+    from benchmarks.campaign import rate_token
+
+    assert [rate_token(r) for r in (1e-4, 2e-4, 0.0008, 0.16, 1.25e-3, 1.0)] == [
+        "1e-4",
+        "2e-4",
+        "8e-4",
+        "1.6e-1",
+        "1.25e-3",
+        "1e0",
+    ]
+
+
+def test_a_choice_at_the_top_of_the_grid_extends_it_until_interior(tmp_path):
+    peak = 8e-3  # dev rises with the rate up to 8e-3: the grid (1e-3..4e-3) must grow to 1.6e-2 to close
+    campaign, done = rates_campaign(tmp_path, lambda rate, seed: -abs(math.log(rate / peak)) + seed)
+    assert campaign.chosen("toy", "truncated") is None
+    assert finish_grids(campaign, done) == 3  # the declared grid, then 8e-3, then 1.6e-2
+    settings = campaign.settings("toy", "truncated")
+    assert list(settings)[3:] == ["lr8e-3", "lr1.6e-2"] and settings["lr1.6e-2"] == {"replacing": {"lr": 0.016}}
+    assert campaign.chosen("toy", "truncated") == "lr8e-3" and not campaign.at_edge("toy", "truncated", "lr8e-3")
+    finals = {run for run in campaign.runs() if run.method == "truncated" and run.seed == 2}
+    assert finals == {CampaignRun("toy", "truncated", "lr8e-3", 2)}
+    # KD's two axes: the rate is extended at the chosen alpha only, named by its rate and the rest of its name
+    assert list(campaign.settings("toy", "kd"))[4:] == ["lr4e-3-alpha0.2", "lr8e-3-alpha0.2"]
+    assert campaign.settings("toy", "kd")["lr8e-3-alpha0.2"] == {"replacing": {"lr": 0.008}, "kd_alpha": 0.2}
+
+
+def test_a_choice_at_the_bottom_extends_downwards_and_the_extensions_are_capped(tmp_path):
+    campaign, done = rates_campaign(tmp_path, lambda rate, seed: -rate, extensions=1)
+    finish_grids(campaign, done)
+    assert list(campaign.settings("toy", "truncated"))[3:] == ["lr5e-4"]  # one extension, no more
+    assert campaign.chosen("toy", "truncated") == "lr5e-4" and campaign.at_edge("toy", "truncated", "lr5e-4")
+    assert "still an edge of its grid after 1 extensions" in format_status(campaign, campaign.status())
+
+
+def test_without_extensions_the_grid_is_what_the_campaign_says(tmp_path):
+    campaign, done = rates_campaign(tmp_path, lambda rate, seed: rate, extensions=0)
+    assert finish_grids(campaign, done) == 1
+    assert campaign.chosen("toy", "truncated") == "lr4e-3" and "extend it" in format_status(campaign, campaign.status())
+
+
+def test_a_setting_not_named_by_its_rate_is_refused_when_grids_extend(tmp_path):
+    definition = {
+        "cells": {"toy": {"recipe": "toy"}},
+        "methods": {"kd": {"fast": {"replacing": {"lr": 1e-3}}}},
+        "grid_seeds": [0],
+        "final_seeds": [0],
+        "edge_extensions": 1,
+    }
+    (tmp_path / "named.json").write_text(json.dumps(definition))
+    with pytest.raises(ValueError, match=r"setting 'fast' has learning rate 0.001: .* starts with lr1e-3"):
+        Campaign.load(tmp_path / "named.json")

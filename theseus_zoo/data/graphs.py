@@ -313,11 +313,14 @@ class NodeGraph:
     classes: tuple[str, ...]
 
 
-def build_graph(raw: RawGraph, features: Sequence[str], walk_length: int, fractions: Sequence[float]) -> NodeGraph:
-    """Features, the undirected graph without self-loops or duplicate edges, and the stratified split."""
+def build_graph(
+    raw: RawGraph, features: Sequence[str], walk_length: int, fractions: Sequence[float], split_seed: int = DATA_SEED
+) -> NodeGraph:
+    """Features, the undirected graph without self-loops or duplicate edges, and the stratified split drawn with
+    ``split_seed``."""
     from torch_geometric.utils import remove_self_loops, to_undirected
 
     edge_index, _ = remove_self_loops(raw.edge_index)
     x = node_features(edge_index, raw.num_nodes, features, walk_length)
     undirected = to_undirected(edge_index, num_nodes=raw.num_nodes)
-    return NodeGraph(x, undirected, raw.labels, stratified_split(raw.labels, fractions), raw.classes)
+    return NodeGraph(x, undirected, raw.labels, stratified_split(raw.labels, fractions, split_seed), raw.classes)

@@ -23,7 +23,8 @@ Learning is transductive and full-graph: the examples of a split are its node id
 plus the ids whose cross-entropy counts, and evaluation runs the graph once and scores the split's nodes.
 Message passing uses the undirected graph without self-loops; features may use the edges' direction. Splits are
 stratified by class and drawn from a fixed seed (`DATA_SEED`), not the run's: every seed of a recipe sees the
-same split, so seeds vary training only.
+same split, so seeds vary training only; with ``split_per_seed`` each seed draws its own split (repeated random
+splits: the seeds then vary the split as well, and a dev split of a hundred nodes is averaged over several).
 
 Options (``dataset`` is required):
 
@@ -39,6 +40,7 @@ Options (``dataset`` is required):
 - ``features``: names from `FEATURES`, concatenated. (default: ``["degree", "random_walk"]``)
 - ``walk_length``: steps of the ``random_walk`` feature. (default: ``16``)
 - ``split``: ``[train, dev]`` fractions of each class; the rest is test. (default: the dataset's)
+- ``split_per_seed``: draw the split from the run's seed instead of `DATA_SEED`. (default: ``False``)
 - ``distill_on``: the nodes whose logits distillation matches (the ``kd`` baseline, ``kd_weight``): ``"labelled"``
   (the training nodes, as the task loss) or ``"all"`` (every node of the graph: the teacher's soft labels reach
   the unlabelled nodes too). (default: ``"labelled"``)
@@ -62,7 +64,7 @@ import theseus_core as th
 
 from .. import metrics
 from ..data.assets import MissingAssetError
-from ..data.graphs import DATASETS, FEATURES, NodeGraph, build_graph
+from ..data.graphs import DATA_SEED, DATASETS, FEATURES, NodeGraph, build_graph
 from .exported import hold_export
 from .options import parse_options
 
@@ -89,6 +91,7 @@ class GraphOptions:
     features: tuple[str, ...] = ("degree", "random_walk")
     walk_length: int = field(default=16, metadata={"min": 1})
     split: tuple[float, float] | None = None
+    split_per_seed: bool = False
     distill_on: Literal["labelled", "all"] = "labelled"
     predecessor_eval: bool = False
 
@@ -108,6 +111,7 @@ class GraphTask:
         )
         self.hidden, self.dropout, self.norm, self.jk = parsed.hidden, parsed.dropout, parsed.norm, parsed.jk
         self.features, self.walk_length, self.split = parsed.features, parsed.walk_length, parsed.split
+        self.split_seed = seed if parsed.split_per_seed else DATA_SEED
         self.distill_on, self.predecessor_eval = parsed.distill_on, parsed.predecessor_eval
         self._graph: NodeGraph | None = None
 
@@ -151,7 +155,7 @@ class GraphTask:
         if self._graph is None:
             dataset = DATASETS[self.dataset_name]
             split = self.split if self.split is not None else dataset.split
-            self._graph = build_graph(dataset.load(), self.features, self.walk_length, split)
+            self._graph = build_graph(dataset.load(), self.features, self.walk_length, split, self.split_seed)
         return self._graph
 
     def config(self, num_layers: int) -> dict[str, Any]:

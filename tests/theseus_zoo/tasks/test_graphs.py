@@ -201,6 +201,21 @@ def test_splits_are_stratified_disjoint_and_fixed():
         graph_data.stratified_split(torch.tensor([0, 0, 0, 0, 1, 1]), (0.3, 0.3))
 
 
+def test_a_split_per_seed_varies_with_the_seed_and_the_default_does_not():
+    def splits(seed, **options):
+        task = graphs.GraphTask({"dataset": "karate", "split": [0.3, 0.3], **options}, seed=seed)
+        return {name: task.dataset(name) for name in ("train", "dev", "test")}
+
+    assert splits(0) == splits(5)  # the fixed split: seeds vary training only
+    per_seed = [splits(seed, split_per_seed=True) for seed in range(4)]
+    assert per_seed[0] == splits(0)  # seed 0 is the fixed split's seed
+    assert len({tuple(split["dev"]) for split in per_seed}) == 4
+    assert per_seed[2] == splits(2, split_per_seed=True)  # drawn from the seed alone: reproducible
+    for split in per_seed:  # each is still a partition, stratified like the fixed one
+        assert sorted(split["train"] + split["dev"] + split["test"]) == list(range(34))
+        assert [len(part) for part in split.values()] == [len(part) for part in splits(0).values()]
+
+
 def test_truncated_holds_the_successors_initialisation():
     task = graphs.GraphTask({"dataset": "karate"}, 0)
     predecessor = task.build_predecessor()
