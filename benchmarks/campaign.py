@@ -25,7 +25,9 @@ again. A run killed midway resumes from its checkpoint. One
 predecessor per (cell, seed), shared by the seed's methods: the first run of a seed fine-tunes it, the others take
 it (``--predecessor-from``); a predecessor lost with a machine is fine-tuned again by the next run that needs it, and
 must give the archived reports' predecessor outputs (`benchmarks.compare.same_predecessor`) or the campaign stops.
-A finished run's checkpoints and exported model are deleted, but for the run that holds its seed's predecessor.
+A finished run's checkpoints and exported model are deleted, but for the run that holds its seed's predecessor. A cell
+with ``predecessor_from: OTHER`` takes OTHER's predecessor of each seed (recipes whose predecessor phase is the same,
+e.g. one network compressed into two kinds of successor).
 
 ``status`` prints done / running / left per cell and method and the CPU-hours left, estimated from the finished
 runs (each method's mean wall-clock of its runs, predecessor phases included, times ``--threads``).
@@ -114,6 +116,12 @@ class Campaign:
         for cell, definition in data["cells"].items():
             if "recipe" not in definition:
                 raise ValueError(f"campaign {name}: cell {cell} names no recipe")
+            source = definition.get("predecessor_from")
+            if source is not None and (source not in data["cells"] or "predecessor_from" in data["cells"][source]):
+                raise ValueError(
+                    f"campaign {name}: cell {cell} takes its predecessors from {source!r}, which is not a cell that "
+                    "fine-tunes its own"
+                )
         extensions = data.get("edge_extensions", 0)
         if not isinstance(extensions, int) or isinstance(extensions, bool) or extensions < 0:
             raise ValueError(f"campaign {name}: edge_extensions must be a whole number >= 0, got {extensions!r}")
@@ -235,8 +243,16 @@ class Campaign:
                 merged[phase] = {**cell[phase], **setting[phase]}
         return merged
 
+    def predecessor_cell(self, cell: str) -> str:
+        """The cell whose predecessors ``cell`` takes: its ``predecessor_from``, or itself."""
+        return self.cells[cell].get("predecessor_from", cell)
+
+    def predecessor_key(self, run: CampaignRun) -> tuple[str, int]:
+        """The runs of one key share one predecessor."""
+        return self.predecessor_cell(run.cell), run.seed
+
     def predecessor_record(self, run: CampaignRun) -> Path:
-        return self.runs_root / run.cell / "predecessors" / f"seed{run.seed}"
+        return self.runs_root / self.predecessor_cell(run.cell) / "predecessors" / f"seed{run.seed}"
 
     def predecessor_source(self, run: CampaignRun) -> Path | None:
         """The run directory holding the fine-tuned predecessor of ``run``'s (cell, seed), if it is still there."""
@@ -263,7 +279,7 @@ class Campaign:
         siblings = [
             other
             for other in self.runs()
-            if (other.cell, other.seed) == (run.cell, run.seed) and other != run and self.done(other)
+            if self.predecessor_key(other) == self.predecessor_key(run) and other != run and self.done(other)
         ]
         outputs = predecessor_outputs(report.to_dict())
         for other in siblings[:1]:
@@ -394,13 +410,13 @@ def next_runs(campaign: Campaign, in_flight: set[CampaignRun], slots: int) -> li
     """Up to ``slots`` runs to start now, in the campaign's order: not done, not in flight, and not a second run of
     a (cell, seed) whose predecessor is being fine-tuned (its first run must finish before the others can take it)."""
     chosen: list[CampaignRun] = []
-    busy = {(run.cell, run.seed) for run in in_flight if campaign.predecessor_source(run) is None}
+    busy = {campaign.predecessor_key(run) for run in in_flight if campaign.predecessor_source(run) is None}
     for run in campaign.runs():
         if len(chosen) == slots:
             break
         if campaign.done(run) or run in in_flight or run in chosen:
             continue
-        key = (run.cell, run.seed)
+        key = campaign.predecessor_key(run)
         if campaign.predecessor_source(run) is None:
             if key in busy:
                 continue

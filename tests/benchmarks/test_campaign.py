@@ -197,3 +197,25 @@ def test_a_setting_not_named_by_its_rate_is_refused_when_grids_extend(tmp_path):
     (tmp_path / "named.json").write_text(json.dumps(definition))
     with pytest.raises(ValueError, match=r"setting 'fast' has learning rate 0.001: .* starts with lr1e-3"):
         Campaign.load(tmp_path / "named.json")
+
+
+def test_a_cell_can_take_another_cells_predecessors(tmp_path):
+    definition = {
+        "cells": {"a": {"recipe": "toy"}, "b": {"recipe": "toy", "predecessor_from": "a"}},
+        "methods": {"truncated": {"lr1e-3": {"replacing": {"lr": 1e-3}}}, "kd": {"default": {}}},
+        "grid_seeds": [0, 1],
+        "final_seeds": [0, 1],
+    }
+    (tmp_path / "shared.json").write_text(json.dumps(definition))
+    campaign = Campaign.load(tmp_path / "shared.json", runs_root=tmp_path / "runs")
+    a, b = CampaignRun("a", "kd", "default", 1), CampaignRun("b", "truncated", "lr1e-3", 1)
+    assert campaign.predecessor_record(a) == campaign.predecessor_record(b) and campaign.predecessor_key(b) == ("a", 1)
+    # one run per seed fine-tunes the predecessor of both cells; nothing else of that seed starts beside it
+    assert next_runs(campaign, set(), 8) == [
+        CampaignRun("a", "truncated", "lr1e-3", 0),
+        CampaignRun("a", "truncated", "lr1e-3", 1),
+    ]
+    definition["cells"]["a"]["predecessor_from"] = "c"
+    (tmp_path / "shared.json").write_text(json.dumps(definition))
+    with pytest.raises(ValueError, match="cell a takes its predecessors from 'c', which is not a cell"):
+        Campaign.load(tmp_path / "shared.json")

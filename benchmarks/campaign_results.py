@@ -1,0 +1,316 @@
+"""A campaign's results, cell by cell: every method at the setting dev chose for it, over the final seeds.
+
+    python -m benchmarks.campaign_results NAME [--out benchmarks/results]
+
+Reads the archived raw reports of campaign ``NAME`` (`benchmarks.campaign`: ``benchmarks/results/campaigns/NAME/``)
+and writes, per cell, ``<out>/campaign-NAME-<cell>.json`` / ``.md`` / ``.png``, in the layout of `benchmarks.methods`
+(so that its tables, plot and the "At a glance" rows of `benchmarks.tables` read them alike), methods keyed by
+their full names. For each method: the mean dev metric of each setting over the grid seeds (the campaign's choice,
+`Campaign.chosen`; edge extensions included), the mean test metric of each setting on the same seeds (for the
+reader only: nothing is chosen on it) and their rank correlation across the settings (Spearman: does dev choose
+what test would?), then the test metric of every finished final seed at the chosen setting. The best Theseus
+variant on dev against every other method, and each variant against every alternative: the difference per seed
+(paired: one predecessor, data order and split per seed), its mean, the 95% t interval over seeds and the 95%
+bootstrap over seeds and test examples (`benchmarks.methods.compare`), and the verdict (`stats.verdict`). A method
+whose grid is not finished is left out; a cell is ``complete`` when every method has every final seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from theseus_zoo.methods import parse_method, report_keys
+from theseus_zoo.training.results import Report
+
+from . import methods as methods_table
+from .campaign import ARCHIVE, CAMPAIGNS, Campaign, CampaignRun
+from .harness import environment, markdown_table, write_report
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def ranks(values: list[float]) -> list[float]:
+    """1-based ranks, ties sharing their mean rank."""
+    order = sorted(range(len(values)), key=lambda index: values[index])
+    result = [0.0] * len(values)
+    start = 0
+    while start < len(order):
+        end = start
+        while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
+            end += 1
+        for position in range(start, end + 1):
+            result[order[position]] = (start + end) / 2 + 1
+        start = end + 1
+    return result
+
+
+def spearman(a: list[float], b: list[float]) -> float | None:
+    """Spearman's rank correlation of two equally long lists; ``None`` under 3 values or when either is constant."""
+    if len(a) != len(b):
+        raise ValueError(f"rank correlation of lists of {len(a)} and {len(b)} values")
+    if len(a) < 3 or len(set(a)) < 2 or len(set(b)) < 2:
+        return None
+    return statistics.correlation(ranks(a), ranks(b))
+
+
+def report_key(method: str) -> str:
+    """The key a one-method run's report gives ``method``'s model (`theseus_zoo.methods.report_keys`)."""
+    return report_keys([method])[0][0]
+
+
+def is_theseus(method: str) -> bool:
+    return parse_method(method).base == "theseus"
+
+
+def summarize_cell(campaign: Campaign, cell: str) -> dict[str, Any] | None:
+    """The cell's summary in `benchmarks.methods`' layout (module doc), or ``None`` while no method has chosen."""
+    final: dict[str, dict[int, Report]] = {}  # method -> seed -> report at its chosen setting
+    entries: dict[str, Any] = {}
+    pooled_dev, pooled_test = [], []
+    for method in campaign.methods:
+        chosen = campaign.chosen(cell, method)
+        if chosen is None:
+            continue
+        key = report_key(method)
+        dev = campaign.dev_means(cell, method)
+        test = {
+            setting: statistics.mean(
+                campaign.report(CampaignRun(cell, method, setting, seed)).test(key) for seed in campaign.grid_seeds
+            )
+            for setting in dev
+        }
+        pooled_dev += list(dev.values())
+        pooled_test += list(test.values())
+        reports = {
+            seed: report
+            for seed in campaign.final_seeds
+            if (report := campaign.report(CampaignRun(cell, method, chosen, seed))) is not None
+        }
+        final[method] = reports
+        seconds = [methods_table.method_seconds(report, key) for report in reports.values()]
+        entries[method] = {
+            "method": method,
+            "dev_by_setting": dev,
+            "test_by_setting": test,
+            "dev_test_rank_correlation": spearman(list(dev.values()), list(test.values())),
+            "setting": chosen,
+            "at_edge": campaign.at_edge(cell, method, chosen),
+            "test_per_seed": {seed: report.test(key) for seed, report in reports.items()},
+            "test_mean": statistics.mean(report.test(key) for report in reports.values()),
+            "median_seconds": statistics.median(seconds),
+        }
+    variants = [method for method in entries if is_theseus(method)]
+    alternatives = [method for method in entries if not is_theseus(method)]
+    if not variants or not alternatives:
+        return None
+    for entry in entries.values():  # separate runs, one campaign: medians of the same machine's runs, not pairs
+        plain = entries.get("theseus")
+        entry["seconds_ratio_to_theseus"] = entry["median_seconds"] / plain["median_seconds"] if plain else None
+
+    def best_dev(method: str) -> float:
+        return round(entries[method]["dev_by_setting"][entries[method]["setting"]], 6)
+
+    best_variant, best_alternative = max(variants, key=best_dev), max(alternatives, key=best_dev)
+    grid = {method: reports for method, reports in final.items()}
+
+    def compare(a: str, b: str) -> dict[str, Any]:
+        return {**methods_table.compare(grid, report_key(a), a, report_key(b), b), "models": [a, b]}
+
+    comparisons = {}
+    for variant in variants:
+        for other in entries:
+            if other != variant and (not is_theseus(other) or (variant == best_variant and other == "theseus")):
+                comparisons[f"{variant} − {other}"] = compare(variant, other)
+    first = next(iter(next(iter(final.values())).values()))
+    return {
+        "campaign": campaign.name,
+        "cell": cell,
+        "recipe": campaign.cells[cell]["recipe"],
+        "overrides": campaign.cells[cell].get("overrides", {}),
+        "grid_seeds": campaign.grid_seeds,
+        "final_seeds": campaign.final_seeds,
+        "complete": len(entries) == len(campaign.methods)
+        and all(len(reports) == len(campaign.final_seeds) for reports in final.values()),
+        "seeds": sorted(set.intersection(*(set(reports) for reports in final.values()))),
+        "metric": first.metric,
+        "settings": sorted({setting for entry in entries.values() for setting in entry["dev_by_setting"]}),
+        "methods": entries,
+        "dev_test_rank_correlation": spearman(pooled_dev, pooled_test),
+        "best_theseus": best_variant,
+        "best_alternative": best_alternative,
+        "headline": compare(best_variant, best_alternative),
+        "comparisons": comparisons,
+        "at_each_setting": {},  # methods of a campaign have settings of their own
+        "compute_matched": {},
+    }
+
+
+def setting_label(setting: str) -> str:
+    """A campaign setting as the pages say it: ``lr5e-3-alpha0.2-t4.0`` is "lr 5e-3, α 0.2, T 4.0"."""
+    words = {"lr": "lr", "warmup": "warm-up", "alpha": "α", "t": "T"}
+    parts = re.findall(r"([a-z]+)([0-9.]+(?:e-?[0-9]+)?)", setting)
+    return ", ".join(f"{words.get(name, name)} {value}" for name, value in parts) or setting
+
+
+def correlation_text(value: float | None) -> str:
+    return "—" if value is None else f"{value:+.2f}"
+
+
+def summary_table(summary: dict[str, Any]) -> str:
+    """The short table of a results page: every method at its dev choice, its mean test metric over the final
+    seeds, each Theseus variant minus KD and truncated (points, mean and 95% t interval over seeds, verdict), and the
+    rank correlation of dev and test across its settings."""
+    entries, comparisons = summary["methods"], summary["comparisons"]
+    versus = [method for method in ("kd", "truncated") if method in entries]
+
+    def difference(method: str, other: str) -> str:
+        comparison = comparisons.get(f"{method} − {other}")
+        if comparison is None:
+            return ""
+        pair = comparison.get("seed_interval")
+        spread = f" [{pair[0]:+.2f}, {pair[1]:+.2f}]" if pair else ""
+        return f"{comparison['mean']:+.2f}{spread}, {methods_table.verdict(comparison)}".replace("-", "−")
+
+    rows = []
+    for method, entry in entries.items():
+        role = (
+            " (best variant on dev)"
+            if method == summary["best_theseus"]
+            else " (best alternative on dev)"
+            if method == summary["best_alternative"]
+            else ""
+        )
+        edge = " (grid edge)" if entry["at_edge"] else ""
+        rows.append(
+            [
+                f"`{method}`{role}",
+                setting_label(entry["setting"]) + edge,
+                f"{entry['test_mean']:.3f} ({len(entry['test_per_seed'])})",
+                *[difference(method, other) for other in versus],
+                correlation_text(entry["dev_test_rank_correlation"]),
+            ]
+        )
+    return markdown_table(
+        [
+            "method",
+            f"chosen on dev ({len(summary['grid_seeds'])} seeds)",
+            f"test {summary['metric']} (seeds)",
+            *[f"minus `{other}`, points (t over seeds)" for other in versus],
+            "dev-test rank correlation",
+        ],
+        rows,
+    )
+
+
+def markdown(summary: dict[str, Any], command: str) -> str:
+    metric, name = summary["metric"], f"{summary['campaign']}, {summary['cell']}"
+
+    def interval(pair: list[float] | None) -> str:
+        return f"[{pair[0]:+.2f}, {pair[1]:+.2f}]" if pair else "—"
+
+    grid_rows = [
+        [
+            f"`{method}`",
+            ", ".join(
+                f"{setting_label(setting)}: {dev:.4f} / {entry['test_by_setting'][setting]:.4f}"
+                for setting, dev in entry["dev_by_setting"].items()
+            ),
+            setting_label(entry["setting"]) + (" (grid edge)" if entry["at_edge"] else ""),
+            correlation_text(entry["dev_test_rank_correlation"]),
+            ", ".join(f"{value:.4f}" for value in entry["test_per_seed"].values()),
+            f"{entry['median_seconds']:.0f} s",
+        ]
+        for method, entry in summary["methods"].items()
+    ]
+    comparison_rows = [
+        [
+            " − ".join(f"`{model}`" for model in comparison["models"]),
+            ", ".join(f"{value:+.2f}" for value in comparison["per_seed"]),
+            f"{comparison['mean']:+.2f}",
+            interval(comparison.get("seed_interval")),
+            interval(comparison.get("test_set_interval")),
+            str(len(comparison["seeds"])),
+            methods_table.verdict(comparison),
+        ]
+        for comparison in summary["comparisons"].values()
+    ]
+    headline = summary["headline"]
+    return "\n".join(
+        [
+            f"# Campaign `{name}`: every method at its own best setting\n",
+            f"Recipe `{summary['recipe']}` with {summary['overrides'] or 'no overrides'}; "
+            f"{'complete' if summary['complete'] else 'not complete: the campaign goes on'}. "
+            f"Each method's settings with their mean dev / test {metric} over the grid seeds {summary['grid_seeds']} "
+            "(chosen on dev alone; test beside it for the reader), the rank correlation of dev and test across the "
+            f"settings, and the test {metric} at the chosen setting on each finished final seed of "
+            f"{summary['final_seeds']}; the median wall-clock of the method's stages (one-thread runs on a shared "
+            "machine). Pooled over every method's settings, the dev-test rank correlation is "
+            f"{correlation_text(summary['dev_test_rank_correlation'])}.\n",
+            markdown_table(
+                [
+                    "method",
+                    f"dev / test {metric} by setting",
+                    "chosen",
+                    "rank correlation",
+                    f"test {metric} per seed",
+                    "wall-clock",
+                ],
+                grid_rows,
+            ),
+            f"\nBest Theseus variant on dev `{summary['best_theseus']}`, best alternative `"
+            f"{summary['best_alternative']}`: {headline['mean']:+.2f} points, seed-level 95% interval "
+            f"{interval(headline.get('seed_interval'))}, over seeds and test examples "
+            f"{interval(headline.get('test_set_interval'))}, {len(headline['seeds'])} seeds: "
+            f"{methods_table.verdict(headline)}.\n",
+            "Paired per seed, in points (each side at its own chosen setting; the same steps for every method):\n",
+            markdown_table([*methods_table.INTERVAL_COLUMNS, "seeds", "verdict"], comparison_rows),
+            f"\nCommand: `{command}`.\n",
+        ]
+    )
+
+
+def results_name(campaign: str, cell: str) -> str:
+    return f"campaign-{campaign}-{cell}"
+
+
+def full_markdown(data: dict[str, Any]) -> str:
+    """The ``.md`` of a written summary, from its JSON alone."""
+    name = results_name(data["campaign"], data["cell"])
+    return markdown(data, data["command"]) + f"\n![{name}]({name}.png)\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("name", help="a campaign in benchmarks/campaigns/ (its file name without .json)")
+    parser.add_argument("--archive", type=Path, default=ARCHIVE)
+    parser.add_argument("--campaigns", type=Path, default=CAMPAIGNS)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    try:
+        campaign = Campaign.load(args.campaigns / f"{args.name}.json", archive=args.archive)
+    except ValueError as error:
+        print(f"campaign_results: error: {error}", file=sys.stderr)
+        return 2
+    command = f"python -m benchmarks.campaign_results {args.name}"
+    written = 0
+    for cell in campaign.cells:
+        summary = summarize_cell(campaign, cell)
+        if summary is None:
+            print(f"{cell}: no Theseus variant and alternative have chosen a setting yet", file=sys.stderr)
+            continue
+        data = {"command": command, "environment": environment(), **summary}
+        name = results_name(campaign.name, cell)
+        write_report(data, args.out, name, full_markdown(data))
+        methods_table.plot(summary, args.out / f"{name}.png")
+        print(full_markdown(data))
+        written += 1
+    return 0 if written else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""benchmarks.campaign_results on an archive of made-up reports: choices, paired differences, rank correlations."""
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from benchmarks import campaign_results
+from benchmarks.campaign import Campaign, CampaignRun
+from benchmarks.compare import phase_of
+
+LABELS = [0, 1] * 10
+METHODS = {
+    "theseus": ["lr1e-3", "lr2e-3", "lr4e-3"],
+    "theseus+warmup+kd": ["lr1e-3", "lr2e-3", "lr4e-3"],
+    "kd": ["lr1e-3", "lr2e-3", "lr4e-3"],
+    "truncated": ["lr1e-3", "lr2e-3", "lr4e-3"],
+}
+BEST = {"theseus": "lr2e-3", "theseus+warmup+kd": "lr2e-3", "kd": "lr2e-3", "truncated": "lr1e-3"}
+CORRECT = {"theseus": 14, "theseus+warmup+kd": 16, "kd": 15, "truncated": 12}  # of 20 test examples, at BEST
+
+
+def made_up_report(method, setting, seed):
+    """Dev: 0.8 + CORRECT / 100 at the method's best setting, 0.8 elsewhere. Test: CORRECT[method] of 20 right at
+    its best setting (one more on odd seeds), 10 elsewhere."""
+    key = campaign_results.report_key(method)
+    right = CORRECT[method] + seed % 2 if setting == BEST[method] else 10
+    predictions = [label if index < right else 1 - label for index, label in enumerate(LABELS)]
+    phases = {"predecessor": {"seconds": 5.0, "best_metric": 0.95}}
+    phases[phase_of(method)] = {
+        "seconds": 10.0,
+        "best_metric": 0.8 + CORRECT[method] / 100 if setting == BEST[method] else 0.8,
+    }
+    return {
+        "recipe": {"methods": [method]},
+        "metric": "accuracy",
+        "models": {
+            "predecessor": {"test": {"accuracy": 0.9}, "test_predictions": LABELS},
+            key: {"test": {"accuracy": right / 20}, "test_predictions": predictions},
+        },
+        "test_labels": LABELS,
+        "phases": phases,
+    }
+
+
+@pytest.fixture
+def campaign(tmp_path):
+    definition = {
+        "cells": {"cell": {"recipe": "toy"}},
+        "methods": {
+            method: {s: {"replacing": {"lr": float(s[2:])}} for s in settings} for method, settings in METHODS.items()
+        },
+        "grid_seeds": [0, 1],
+        "final_seeds": [0, 1, 2, 3],
+        "edge_extensions": 1,
+    }
+    (tmp_path / "made-up.json").write_text(json.dumps(definition))
+    campaign = Campaign.load(tmp_path / "made-up.json", archive=tmp_path / "archive")
+    while missing := [run for run in campaign.runs() if not campaign.done(run)]:  # grid, extension, final seeds
+        for run in missing:
+            directory = campaign.archive / run.path
+            directory.mkdir(parents=True)
+            (directory / "report.json").write_text(json.dumps(made_up_report(run.method, run.setting, run.seed)))
+    assert all(campaign.done(run) for run in campaign.runs())
+    return campaign
+
+
+def test_each_method_at_its_dev_choice_against_the_others_paired_by_seed(campaign):
+    summary = campaign_results.summarize_cell(campaign, "cell")
+    assert summary["complete"] and summary["seeds"] == [0, 1, 2, 3]
+    assert {method: entry["setting"] for method, entry in summary["methods"].items()} == BEST
+    assert (
+        not summary["methods"]["truncated"]["at_edge"] or "lr5e-4" in summary["methods"]["truncated"]["dev_by_setting"]
+    )
+    assert summary["best_theseus"] == "theseus+warmup+kd" and summary["best_alternative"] == "kd"
+    # 16 vs 15 right of 20 on every seed (both one more on odd seeds): +5 points each seed
+    headline = summary["headline"]
+    assert headline["per_seed"] == pytest.approx([5.0] * 4) and headline["mean"] == pytest.approx(5.0)
+    versus_truncated = summary["comparisons"]["theseus+warmup+kd − truncated"]["per_seed"]
+    assert versus_truncated == pytest.approx([20.0] * 4)
+    assert "theseus − kd" in summary["comparisons"] and "theseus+warmup+kd − theseus" in summary["comparisons"]
+    assert "theseus − theseus+warmup+kd" not in summary["comparisons"]
+    # dev ranks the settings as test does: a perfect correlation (ties shared), per method and pooled
+    assert summary["methods"]["kd"]["dev_test_rank_correlation"] == pytest.approx(1.0)
+    assert summary["dev_test_rank_correlation"] > 0.9
+
+
+def test_the_markdown_renders_the_same_from_the_written_json(campaign, tmp_path, monkeypatch):
+    monkeypatch.setattr(campaign_results.methods_table, "plot", lambda summary, path: path.write_bytes(b""))
+    arguments = ["made-up", "--campaigns", str(tmp_path), "--archive", str(tmp_path / "archive")]
+    assert campaign_results.main([*arguments, "--out", str(tmp_path / "out")]) == 0
+    written = json.loads((tmp_path / "out" / "campaign-made-up-cell.json").read_text())
+    assert campaign_results.full_markdown(written) == (tmp_path / "out" / "campaign-made-up-cell.md").read_text()
+    assert "| `theseus+warmup+kd` (best variant on dev) | lr 2e-3 | 0.825 (4) |" in campaign_results.summary_table(
+        written
+    )
+
+
+def test_a_cell_whose_grids_are_not_finished_has_no_summary(tmp_path):
+    definition = {
+        "cells": {"cell": {"recipe": "toy"}},
+        "methods": {"theseus": {"lr1e-3": {}}, "kd": {"lr1e-3": {}}},
+        "grid_seeds": [0],
+        "final_seeds": [0],
+    }
+    (tmp_path / "empty.json").write_text(json.dumps(definition))
+    campaign = Campaign.load(tmp_path / "empty.json", archive=tmp_path / "archive")
+    assert campaign_results.summarize_cell(campaign, "cell") is None
+    assert CampaignRun("cell", "kd", "lr1e-3", 0) in campaign.runs()
+
+
+@given(st.lists(st.floats(-1e3, 1e3), min_size=1, max_size=12))
+def test_ranks_are_those_of_a_sort_with_ties_sharing_their_mean(values):
+    ranks = campaign_results.ranks(values)
+    assert sum(ranks) == pytest.approx(len(values) * (len(values) + 1) / 2)
+    for a, ra in zip(values, ranks, strict=True):
+        for b, rb in zip(values, ranks, strict=True):
+            assert (a < b) == (ra < rb) and (a == b) == (ra == rb)
+
+
+@given(st.lists(st.floats(-1e3, 1e3), min_size=3, max_size=12, unique=True))
+def test_spearman_is_one_for_a_monotone_transform_and_minus_one_reversed(values):
+    assert campaign_results.spearman(values, [np.tanh(v / 1e3) * 7 + v for v in values]) == pytest.approx(1.0)
+    assert campaign_results.spearman(values, [-v for v in values]) == pytest.approx(-1.0)
+    assert campaign_results.spearman(values[:2], values[:2]) is None
