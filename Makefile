@@ -35,7 +35,8 @@ test: install lint docs
 
 # A real model on real data in minutes: all-MiniLM-L6-v2 6 -> 1 layer on Rotten Tomatoes' five valence grades, where
 # truncation costs 7 points (benchmarks/results/headroom.md), at a fifth of the budget of minilm-rt-five-1l (recipe
-# minilm-rt-five-1l-demo); Theseus against truncated fine-tuning and KD, report.md and curves.png.
+# minilm-rt-five-1l-demo); the best Theseus variant measured (theseus+warmup+kd) against truncated fine-tuning and KD,
+# report.md and curves.png.
 DEMO := minilm-rt-five-1l-demo
 demo: install
 	@echo "make demo: 15 minutes at most on 2 idle cores (fetch 85 MB, fine-tune MiniLM, compress it 3 ways, report)"

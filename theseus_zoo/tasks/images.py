@@ -35,12 +35,15 @@ second thread made both slower on the busy machine (11–24 and 32–45 images/s
 ResNet-34 at 28×28 costs about 70 M multiply-adds per image (3.6 G at 224×224),
 and the backward pass takes two thirds of a step. So every phase is short: the
 predecessor trains 160 steps of 64 images (10,240 images, a sixth of an epoch)
-and reaches about 0.80 test accuracy, far from converged; replacing (lr 5e-4,
-p = 1 at step 25) and each baseline get 100 steps; the dev set (1,000 images)
+and reaches about 0.80 test accuracy, far from converged; Theseus, run as its
+best measured variant (``theseus+warmup+kd``: 20 of its steps on blockwise
+warm-up, then replacing with the KD loss, lr 5e-4, p = 1 at step 25), and the
+truncated and KD baselines get 100 steps each; the dev set (1,000 images)
 is evaluated twice a phase; the test set is a fixed 5,000 of the official
 10,000 (all 10,000 took two of the run's minutes, five models evaluated). A run
-takes about 8.5 minutes of CPU time with one thread (20 minutes of wall time
-when two runs share the 2 busy cores). Every compressed model then ends above
+with the paper's Theseus and three baselines took about 8.5 minutes of CPU
+time with one thread (20 minutes of wall time when two runs share the 2 busy
+cores). Every compressed model then ends above
 the predecessor, which they all keep training. ``resnet-fashion-mnist-gpu`` is
 the same comparison with a predecessor trained about 9 epochs, for a GPU::
 

@@ -19,6 +19,7 @@ from theseus_zoo.training import run_directory, session
 
 NUM_TRAIN, NUM_TEST = 64, 20
 TINY = {
+    "methods": None,  # the paper's Theseus and the default baselines (the recipe runs its best variant)
     "options": {"dev_size": 16, "test_size": None},
     "predecessor": {"steps": 2, "batch_size": 4, "eval_every": 2},
     "replacing": {"steps": 3, "batch_size": 4, "eval_every": 3},
