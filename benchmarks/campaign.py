@@ -236,7 +236,7 @@ class Campaign:
     def overrides(self, run: CampaignRun) -> dict[str, Any]:
         """The recipe overrides ``run`` trains with: the cell's, the setting's, and its one method."""
         cell = dict(self.cells[run.cell].get("overrides", {}))
-        setting = self.methods[run.method][run.setting]
+        setting = self.settings(run.cell, run.method)[run.setting]
         merged = {**cell, **setting, "methods": [run.method]}
         for phase in ("options", "predecessor", "replacing", "refine"):  # these merge field by field
             if isinstance(cell.get(phase), dict) and isinstance(setting.get(phase), dict):

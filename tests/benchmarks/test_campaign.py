@@ -170,6 +170,8 @@ def test_a_choice_at_the_top_of_the_grid_extends_it_until_interior(tmp_path):
     # KD's two axes: the rate is extended at the chosen alpha only, named by its rate and the rest of its name
     assert list(campaign.settings("toy", "kd"))[4:] == ["lr4e-3-alpha0.2", "lr8e-3-alpha0.2"]
     assert campaign.settings("toy", "kd")["lr8e-3-alpha0.2"] == {"replacing": {"lr": 0.008}, "kd_alpha": 0.2}
+    extension = CampaignRun("toy", "kd", "lr8e-3-alpha0.2", 1)  # what its run trains with
+    assert campaign.overrides(extension) == {"replacing": {"lr": 0.008}, "kd_alpha": 0.2, "methods": ["kd"]}
 
 
 def test_a_choice_at_the_bottom_extends_downwards_and_the_extensions_are_capped(tmp_path):
