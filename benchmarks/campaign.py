@@ -29,6 +29,11 @@ A finished run's checkpoints and exported model are deleted, but for the run tha
 with ``predecessor_from: OTHER`` takes OTHER's predecessor of each seed (recipes whose predecessor phase is the same,
 e.g. one network compressed into two kinds of successor).
 
+Compute matching: a cell with ``compute_matched: [METHOD, ...]`` also runs those methods, once every grid is
+finished, at their chosen settings with the steps that make their training cost the best Theseus variant's, on the
+final seeds (`Campaign.matched_setting`); the steps come from the timing protocol of `benchmarks.run_cost`, run by
+hand when ``status`` asks for it, whose ``run-cost.json`` lies beside the cell's raw results.
+
 ``status`` prints done / running / left per cell and method and the CPU-hours left, estimated from the finished
 runs (each method's mean wall-clock of its runs, predecessor phases included, times ``--threads``).
 """
@@ -51,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from theseus_zoo.methods import parse_method
+from theseus_zoo.recipes import get_recipe
 from theseus_zoo.training.results import REPORT, Report
 from theseus_zoo.training.run_directory import CHECKPOINT
 from theseus_zoo.training.runners import CompressProcess, ensure_run
@@ -116,6 +122,12 @@ class Campaign:
         for cell, definition in data["cells"].items():
             if "recipe" not in definition:
                 raise ValueError(f"campaign {name}: cell {cell} names no recipe")
+            unknown = set(definition.get("compute_matched", [])) - set(data["methods"])
+            if unknown or any(parse_method(m).base == "theseus" for m in definition.get("compute_matched", [])):
+                raise ValueError(
+                    f"campaign {name}: cell {cell} matches the compute of {sorted(definition['compute_matched'])}: "
+                    "methods of the campaign that are not Theseus variants (they are matched to the best variant)"
+                )
             source = definition.get("predecessor_from")
             if source is not None and (source not in data["cells"] or "predecessor_from" in data["cells"][source]):
                 raise ValueError(
@@ -217,6 +229,9 @@ class Campaign:
                 setting = self.chosen(cell, method)
                 if setting is not None:
                     runs += [CampaignRun(cell, method, setting, seed) for seed in self.final_seeds]
+            for method in self.methods:
+                if (matched := self.matched_setting(cell, method)) is not None:
+                    runs += [CampaignRun(cell, method, matched[0], seed) for seed in self.final_seeds]
         return list(dict.fromkeys(runs))
 
     def at_edge(self, cell: str, method: str, setting: str) -> bool:
@@ -224,6 +239,70 @@ class Campaign:
         to extend until the choice is interior."""
         settings = self.settings(cell, method)
         return edge_extension(settings, setting) is not None
+
+    # ------------------------------------------------------------------------------------------- compute matching
+    def best_variant(self, cell: str) -> str | None:
+        """The Theseus variant of ``cell`` with the best mean dev metric at its chosen setting (ties: the first in
+        the campaign's order), once every variant has chosen; ``None`` before."""
+        best, best_dev = None, None
+        for method in self.methods:
+            if parse_method(method).base != "theseus":
+                continue
+            chosen = self.chosen(cell, method)
+            if chosen is None:
+                return None
+            dev = round(self.dev_means(cell, method)[chosen], 6)
+            if best_dev is None or dev > best_dev:
+                best, best_dev = method, dev
+        return best
+
+    def run_cost_path(self, cell: str) -> Path:
+        """Where `benchmarks.run_cost` leaves the cell's run costs and matched steps."""
+        return self.archive / cell / "run-cost.json"
+
+    def run_cost(self, cell: str) -> dict[str, Any] | None:
+        """The cell's run costs (`benchmarks.run_cost`) if they were measured at the settings chosen now, against
+        the best variant now; ``None`` otherwise (not measured yet, or measured before a choice changed)."""
+        path = self.run_cost_path(cell)
+        if not path.exists():
+            return None
+        costs = json.loads(path.read_text())
+        methods = [costs["reference"], *self.cells[cell].get("compute_matched", [])]
+        if costs["reference"] != self.best_variant(cell) or any(
+            method not in costs["methods"] or costs["methods"][method]["setting"] != self.chosen(cell, method)
+            for method in methods
+        ):
+            return None
+        return costs
+
+    def matched_setting(self, cell: str, method: str) -> tuple[str, dict[str, Any]] | None:
+        """``method``'s compute-matched setting in ``cell``: its chosen setting with the steps of its last stage that
+        make its run cost the best variant's (`run_cost`), named ``<chosen>-matched<N>``; ``None`` when the cell
+        does not match ``method`` or the costs are not measured yet."""
+        if method not in self.cells[cell].get("compute_matched", []) or (costs := self.run_cost(cell)) is None:
+            return None
+        chosen = self.chosen(cell, method)
+        steps = costs["methods"][method]["matched_steps"]
+        setting = copy.deepcopy(self.settings(cell, method)[chosen])
+        replacing = setting.setdefault("replacing", {})
+        replacing["steps"] = steps
+        eval_every = replacing.get("eval_every", get_recipe(self.cells[cell]["recipe"]).replacing.eval_every)
+        replacing["eval_every"] = min(eval_every, steps)
+        return f"{chosen}-matched{steps}", setting
+
+    def all_settings(self, cell: str, method: str) -> dict[str, dict[str, Any]]:
+        """`settings`, and the compute-matched one where there is one (`matched_setting`)."""
+        settings = self.settings(cell, method)
+        if (matched := self.matched_setting(cell, method)) is not None:
+            settings[matched[0]] = matched[1]
+        return settings
+
+    def wants_run_cost(self, cell: str) -> bool:
+        """Whether ``cell`` matches methods' compute and its choices are made, but their run costs are not measured
+        (`benchmarks.run_cost --campaign NAME --cell CELL`)."""
+        matched = self.cells[cell].get("compute_matched", [])
+        ready = all(self.chosen(cell, method) is not None for method in self.methods)
+        return bool(matched) and ready and self.run_cost(cell) is None
 
     def waiting(self) -> list[tuple[str, str]]:
         """The (cell, method) pairs whose final runs wait on their grid."""
@@ -235,9 +314,13 @@ class Campaign:
     # ------------------------------------------------------------------------------------------- running one
     def overrides(self, run: CampaignRun) -> dict[str, Any]:
         """The recipe overrides ``run`` trains with: the cell's, the setting's, and its one method."""
-        cell = dict(self.cells[run.cell].get("overrides", {}))
-        setting = self.settings(run.cell, run.method)[run.setting]
-        merged = {**cell, **setting, "methods": [run.method]}
+        return self.overrides_of(run.cell, run.method, run.setting)
+
+    def overrides_of(self, cell_name: str, method: str, setting_name: str) -> dict[str, Any]:
+        """The recipe overrides of ``method`` at ``setting_name`` in ``cell_name`` (`overrides`)."""
+        cell = dict(self.cells[cell_name].get("overrides", {}))
+        setting = self.all_settings(cell_name, method)[setting_name]
+        merged = {**cell, **setting, "methods": [method]}
         for phase in ("options", "predecessor", "replacing", "refine"):  # these merge field by field
             if isinstance(cell.get(phase), dict) and isinstance(setting.get(phase), dict):
                 merged[phase] = {**cell[phase], **setting[phase]}
@@ -472,6 +555,12 @@ def edge_note(campaign: Campaign, cell: str, method: str, chosen: str) -> str:
 
 def format_status(campaign: Campaign, status: dict[str, Any]) -> str:
     lines = [f"campaign {campaign.name}: {status['done']} done, {status['running']} running, {status['left']} left"]
+    for cell in campaign.cells:
+        if campaign.wants_run_cost(cell):
+            lines.append(
+                f"{cell}: its compute-matched runs wait on the run costs at the chosen settings: "
+                f"python -m benchmarks.run_cost --campaign {campaign.name} --cell {cell} (then commit them)"
+            )
     hours = status["cpu_hours_left"]
     lines.append(
         "CPU-hours left: "

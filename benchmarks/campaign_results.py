@@ -12,7 +12,9 @@ what test would?), then the test metric of every finished final seed at the chos
 variant on dev against every other method, and each variant against every alternative: the difference per seed
 (paired: one predecessor, data order and split per seed), its mean, the 95% t interval over seeds and the 95%
 bootstrap over seeds and test examples (`benchmarks.methods.compare`), and the verdict (`stats.verdict`). A method
-whose grid is not finished is left out; a cell is ``complete`` when every method has every final seed.
+whose grid is not finished is left out; a cell is ``complete`` when every method has every final seed. Where the cell
+matches compute (`Campaign.matched_setting`), the best variant against each method given the steps that make its
+training cost the variant's (``compute_matched``, as `benchmarks.methods` lays it out).
 """
 
 from __future__ import annotations
@@ -121,6 +123,31 @@ def summarize_cell(campaign: Campaign, cell: str) -> dict[str, Any] | None:
     def compare(a: str, b: str) -> dict[str, Any]:
         return {**methods_table.compare(grid, report_key(a), a, report_key(b), b), "models": [a, b]}
 
+    compute_matched = {}
+    for method in entries:
+        matched = campaign.matched_setting(cell, method)
+        if matched is None:
+            continue
+        name, setting = matched
+        reports = {
+            seed: report
+            for seed in campaign.final_seeds
+            if (report := campaign.report(CampaignRun(cell, method, name, seed))) is not None
+        }
+        if not reports:
+            continue
+        label = f"{method}, {setting['replacing']['steps']} steps"
+        grid[label] = reports
+        compute_matched[label] = {
+            "setting": name,
+            "test_per_seed": {seed: report.test(report_key(method)) for seed, report in reports.items()},
+            "median_seconds": statistics.median(
+                methods_table.method_seconds(report, report_key(method)) for report in reports.values()
+            ),
+            "comparison": methods_table.compare(
+                grid, report_key(best_variant), best_variant, report_key(method), label
+            ),
+        }
     comparisons = {}
     for variant in variants:
         for other in entries:
@@ -146,7 +173,7 @@ def summarize_cell(campaign: Campaign, cell: str) -> dict[str, Any] | None:
         "headline": compare(best_variant, best_alternative),
         "comparisons": comparisons,
         "at_each_setting": {},  # methods of a campaign have settings of their own
-        "compute_matched": {},
+        "compute_matched": compute_matched,
     }
 
 
@@ -269,6 +296,7 @@ def markdown(summary: dict[str, Any], command: str) -> str:
             f"{methods_table.verdict(headline)}.\n",
             "Paired per seed, in points (each side at its own chosen setting; the same steps for every method):\n",
             markdown_table([*methods_table.INTERVAL_COLUMNS, "seeds", "verdict"], comparison_rows),
+            *methods_table.matched_section(summary, interval),
             f"\nCommand: `{command}`.\n",
         ]
     )

@@ -22,17 +22,18 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from theseus_zoo.recipes import get_recipe
+from theseus_zoo.recipes import Recipe, get_recipe
 from theseus_zoo.tasks import build_task
 from theseus_zoo.training.data_order import labelled_split
 from theseus_zoo.training.loop import optimizer_for
-from theseus_zoo.training.methods import Context, methods_of
+from theseus_zoo.training.methods import Context, Stage, methods_of
 
 from .compare import method_name, method_overrides
 from .harness import environment, markdown_table, write_report
@@ -40,38 +41,62 @@ from .harness import environment, markdown_table, write_report
 Step = Callable[[float], None]
 
 
-def method_step(
-    method: str, recipe_name: str, predecessor: nn.Module, batch: Any, unlabelled_batch: Any = None
-) -> tuple[Step, nn.Module]:
-    """One training step of ``method`` (a `theseus_zoo.methods` name) as a function of the replacing rate, and
-    the model it trains: the model, parameters, loss and optimizer that `theseus compress` builds
-    (`theseus_zoo.training.methods`, `theseus_zoo.training.loop.optimizer_for`); with ``unlabelled_batch``, the
-    loss's label-free part (if it has one) is also applied to it, as the loop does with few labels."""
-    recipe = get_recipe(recipe_name).with_overrides({**method_overrides(method), "predecessor": None})
+@dataclass
+class StageStep:
+    """One stage of a method as the trainer builds it: its ``stage`` (name, phase), one training ``step`` as a
+    function of the replacing rate, and ``schedule``: the rate at each of its steps (``None`` outside replacing)."""
+
+    stage: Stage
+    step: Step
+    schedule: Callable[[int], float] | None
+
+
+def stage_steps(
+    method: str, recipe: Recipe, predecessor: nn.Module, batch: Any, unlabelled_batch: Any = None
+) -> tuple[list[StageStep], nn.Module]:
+    """Every stage of ``method`` (a `theseus_zoo.methods` name) under ``recipe`` as `theseus compress` builds it,
+    each with one training step as a function of the replacing rate: the model, parameters, loss and optimizer of
+    the trainer's own code (`theseus_zoo.training.methods`, `theseus_zoo.training.loop.optimizer_for`); with
+    ``unlabelled_batch``, the loss's label-free part (if it has one) is also applied to it, as the loop does with few
+    labels. Returns the stages with their steps, and the model they train."""
+    recipe = recipe.with_overrides({**method_overrides(method), "predecessor": None})
     task = build_task(recipe.family, recipe.options, recipe.seed)
     task.check()
     (trained,) = methods_of(recipe)
     trainee = trained.build(Context(task, recipe.for_method(trained.full_name), predecessor))
-    (stage,) = trainee.stages
-    objective, model = stage.objective(), trainee.model
-    optimizer = optimizer_for(model, objective, stage.phase)
+    model = trainee.model
     model.train()
 
-    def step(rate: float) -> None:
-        if objective.theseus is not None:
-            objective.theseus.rate = rate
-        for parameter in objective.late:
-            parameter.requires_grad_(rate >= 1.0)
-        value, _ = objective.loss(model, batch)
-        if unlabelled_batch is not None and objective.unlabelled is not None:
-            value = value + objective.unlabelled(model, unlabelled_batch)[0]
-        if value.requires_grad:
-            value.backward()
-            torch.nn.utils.clip_grad_norm_(objective.trained, stage.phase.max_grad_norm or float("inf"))
-            optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+    def stage_step(stage: Stage) -> StageStep:
+        objective = stage.objective()
+        optimizer = optimizer_for(model, objective, stage.phase)
 
-    return step, model
+        def step(rate: float) -> None:
+            if objective.theseus is not None:
+                objective.theseus.rate = rate
+            for parameter in objective.late:
+                parameter.requires_grad_(rate >= 1.0)
+            value, _ = objective.loss(model, batch)
+            if unlabelled_batch is not None and objective.unlabelled is not None:
+                value = value + objective.unlabelled(model, unlabelled_batch)[0]
+            if value.requires_grad:
+                value.backward()
+                torch.nn.utils.clip_grad_norm_(objective.trained, stage.phase.max_grad_norm or float("inf"))
+                optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+        return StageStep(stage, step, objective.schedule if objective.theseus is not None else None)
+
+    return [stage_step(stage) for stage in trainee.stages], model
+
+
+def method_step(
+    method: str, recipe_name: str, predecessor: nn.Module, batch: Any, unlabelled_batch: Any = None
+) -> tuple[Step, nn.Module]:
+    """One training step of ``method``'s last stage (its replacing stage, or a baseline's one) as a function of the
+    replacing rate, and the model it trains (`stage_steps`)."""
+    stages, model = stage_steps(method, get_recipe(recipe_name), predecessor, batch, unlabelled_batch)
+    return stages[-1].step, model
 
 
 def measure(steps: dict[str, Step], rates: list[float], rounds: int) -> dict[float, dict[str, list[float]]]:

@@ -26,7 +26,8 @@ def made_up_report(method, setting, seed):
     """Dev: 0.8 + CORRECT / 100 at the method's best setting, 0.8 elsewhere. Test: CORRECT[method] of 20 right at
     its best setting (one more on odd seeds), 10 elsewhere."""
     key = campaign_results.report_key(method)
-    right = CORRECT[method] + seed % 2 if setting == BEST[method] else 10
+    chosen, _, matched = setting.partition("-matched")  # a compute-matched run: one fewer right than at its choice
+    right = CORRECT[method] + seed % 2 - bool(matched) if chosen == BEST[method] else 10
     predictions = [label if index < right else 1 - label for index, label in enumerate(LABELS)]
     phases = {"predecessor": {"seconds": 5.0, "best_metric": 0.95}}
     phases[phase_of(method)] = {
@@ -45,10 +46,19 @@ def made_up_report(method, setting, seed):
     }
 
 
+def finish(campaign):
+    """Writes a made-up report for every run the campaign knows, until it knows no more."""
+    while missing := [run for run in campaign.runs() if not campaign.done(run)]:  # grid, extension, final seeds
+        for run in missing:
+            directory = campaign.archive / run.path
+            directory.mkdir(parents=True)
+            (directory / "report.json").write_text(json.dumps(made_up_report(run.method, run.setting, run.seed)))
+
+
 @pytest.fixture
 def campaign(tmp_path):
     definition = {
-        "cells": {"cell": {"recipe": "toy"}},
+        "cells": {"cell": {"recipe": "toy", "compute_matched": ["kd"]}},
         "methods": {
             method: {s: {"replacing": {"lr": float(s[2:])}} for s in settings} for method, settings in METHODS.items()
         },
@@ -58,11 +68,7 @@ def campaign(tmp_path):
     }
     (tmp_path / "made-up.json").write_text(json.dumps(definition))
     campaign = Campaign.load(tmp_path / "made-up.json", archive=tmp_path / "archive")
-    while missing := [run for run in campaign.runs() if not campaign.done(run)]:  # grid, extension, final seeds
-        for run in missing:
-            directory = campaign.archive / run.path
-            directory.mkdir(parents=True)
-            (directory / "report.json").write_text(json.dumps(made_up_report(run.method, run.setting, run.seed)))
+    finish(campaign)
     assert all(campaign.done(run) for run in campaign.runs())
     return campaign
 
@@ -85,6 +91,32 @@ def test_each_method_at_its_dev_choice_against_the_others_paired_by_seed(campaig
     # dev ranks the settings as test does: a perfect correlation (ties shared), per method and pooled
     assert summary["methods"]["kd"]["dev_test_rank_correlation"] == pytest.approx(1.0)
     assert summary["dev_test_rank_correlation"] > 0.9
+
+
+def test_compute_matched_runs_follow_the_measured_run_costs_of_the_chosen_settings(campaign):
+    assert campaign.wants_run_cost("cell") and campaign.matched_setting("cell", "kd") is None
+    costs = {
+        "reference": "theseus+warmup+kd",
+        "methods": {
+            "theseus+warmup+kd": {"setting": "lr2e-3", "matched_steps": 16},
+            "kd": {"setting": "lr2e-3", "matched_steps": 7},
+        },
+    }
+    campaign.run_cost_path("cell").write_text(json.dumps(costs))
+    assert not campaign.wants_run_cost("cell")
+    name, setting = campaign.matched_setting("cell", "kd")
+    assert name == "lr2e-3-matched7" and setting["replacing"]["steps"] == 7 and setting["replacing"]["eval_every"] <= 7
+    matched = [run for run in campaign.runs() if run.setting == name]
+    assert [run.seed for run in matched] == [0, 1, 2, 3] and campaign.overrides(matched[0])["replacing"]["steps"] == 7
+    finish(campaign)
+    summary = campaign_results.summarize_cell(campaign, "cell")
+    (entry,) = summary["compute_matched"].values()
+    assert list(summary["compute_matched"]) == ["kd, 7 steps"] and entry["setting"] == name
+    assert entry["comparison"]["per_seed"] == pytest.approx([10.0] * 4)  # 16 vs 14 right of 20
+    # costs measured at another choice (a setting no longer chosen) are not used
+    costs["methods"]["kd"]["setting"] = "lr1e-3"
+    campaign.run_cost_path("cell").write_text(json.dumps(costs))
+    assert campaign.matched_setting("cell", "kd") is None and campaign.wants_run_cost("cell")
 
 
 def test_the_markdown_renders_the_same_from_the_written_json(campaign, tmp_path, monkeypatch):
