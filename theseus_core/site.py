@@ -76,6 +76,52 @@ def split_primary(
     raise TypeError(f"{where} was called without its primary input ({primary_name or 'first positional argument'})")
 
 
+class PassThrough(nn.Module):
+    """A module that stands for another and reads the attributes it lacks from it.
+
+    A replacement wrapper must look, to the code around it, like the module it stands for: a container that reads
+    its layers' attributes (``nn.TransformerEncoder`` reads ``layers[0].self_attn``) keeps working after `replace_`
+    and after `Theseus.finalize`. The rule, for every subclass:
+
+    - **Forwarded**: reading an attribute that ordinary lookup does not find on the wrapper (its ``__dict__``, its
+      class, its own parameters, buffers and submodules) returns the target's, the very object, not a copy. The
+      target is what `_pass_through` names; the wrapper's own attributes always win.
+    - **Not forwarded**: writing and deleting (``setattr`` and ``delattr`` act on the wrapper alone, as on any
+      module); dunder names (``__deepcopy__``, ``__getstate__``, ``__reduce_ex__``, ...), which ``copy``,
+      ``pickle`` and other protocols look up by ``getattr`` to learn how to treat the wrapper itself: the
+      target's answer would treat the target in its place; and anything while the target is not registered yet.
+    - **No recursion**: the target is found in the registered submodules (``self.__dict__["_modules"]``) only,
+      never through attribute access on the wrapper, so a lookup on a half-made wrapper (inside ``__init__``
+      before ``super().__init__()``, or on the empty object that ``copy.deepcopy`` and unpickling create before
+      they restore its ``__dict__``) raises ``AttributeError`` as Python expects instead of recursing.
+
+    A name that neither has raises ``AttributeError`` naming both classes.
+    """
+
+    _passes_to = "the module it stands for"
+    """How the error names the target."""
+
+    def _pass_through(self, modules: Mapping[str, nn.Module]) -> nn.Module | None:
+        """The target among the wrapper's registered ``modules``, or ``None`` while it is not there. Reads only
+        ``modules`` (never ``self``: see the class doc)."""
+        raise NotImplementedError
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            target = None if name.startswith("__") else self._pass_through(self.__dict__.get("_modules", {}))
+            if target is None:
+                raise
+        try:
+            return getattr(target, name)
+        except AttributeError:
+            raise AttributeError(
+                f"{type(self).__name__!r} object has no attribute {name!r}, nor has {self._passes_to} "
+                f"({type(target).__name__})"
+            ) from None
+
+
 class PredecessorChain(nn.Module):
     """Runs a group's modules in order, threading the primary input through them."""
 
@@ -92,15 +138,19 @@ class PredecessorChain(nn.Module):
         return output
 
 
-class Projected(nn.Module):
+class Projected(PassThrough):
     """A successor with optional projections on its primary input and output.
 
     After `Theseus.finalize`, a site whose successor needs projections becomes
     this module (one without projections becomes the bare successor). It is
     called as the group was: ``primary_name`` is the name under which callers
     may pass the primary input by keyword. Attributes it lacks are read from the
-    successor it wraps, as a container reads its layers' attributes.
+    successor it wraps (`PassThrough`), so that a container that reads its
+    layers' attributes (``nn.TransformerEncoder`` reads ``layers[0].self_attn``)
+    reads them through the projections.
     """
+
+    _passes_to = "the successor it wraps"
 
     def __init__(
         self,
@@ -119,21 +169,8 @@ class Projected(nn.Module):
     def has_projections(self) -> bool:
         return self.in_proj is not None or self.out_proj is not None
 
-    def __getattr__(self, name: str) -> Any:
-        """Attributes this module lacks are the successor's, so that a container that reads its layers'
-        attributes (``nn.TransformerEncoder`` reads ``layers[0].self_attn``) reads them through the projections."""
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            inner = self.__dict__.get("_modules", {}).get("inner")
-            if inner is None or name.startswith("__"):
-                raise
-        try:
-            return getattr(inner, name)
-        except AttributeError:
-            raise AttributeError(
-                f"'Projected' object has no attribute {name!r}, nor has the successor it wraps ({type(inner).__name__})"
-            ) from None
+    def _pass_through(self, modules: Mapping[str, nn.Module]) -> nn.Module | None:
+        return modules.get("inner")
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         primary, args, kwargs = split_primary(args, kwargs, self.primary_name, type(self).__name__)
@@ -249,18 +286,21 @@ class Router:
         return use_successor
 
 
-class ReplacementSite(nn.Module):
+class ReplacementSite(PassThrough):
     """Stands in for one predecessor group while `Theseus` replacement trains.
 
-    Attributes the site does not have are read from the group's first module,
-    so that a container that inspects its first layer (``nn.TransformerEncoder``
-    reads ``self.layers[0].self_attn``) sees what it saw before.
+    Attributes the site does not have are read from the group's first module
+    (`PassThrough`), so that a container that inspects its first layer
+    (``nn.TransformerEncoder`` reads ``self.layers[0].self_attn``) sees what it
+    saw before.
 
     Attributes:
         path: The `ModuleSpec` path this site replaced.
         predecessor: The group's original modules, frozen, as a `PredecessorChain`.
         successor: The trainable successor (with any projections), as a `Projected`.
     """
+
+    _passes_to = "its group's first module"
 
     def __init__(
         self,
@@ -281,20 +321,9 @@ class ReplacementSite(nn.Module):
         self._predecessor_eval = predecessor_eval
         self.train(predecessor.training)
 
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            predecessor = self.__dict__.get("_modules", {}).get("predecessor")
-            if predecessor is None or name.startswith("__"):
-                raise
-            first = predecessor.layers[0]
-            if not hasattr(first, name):
-                raise AttributeError(
-                    f"'ReplacementSite' object has no attribute {name!r}, nor has its group's first module "
-                    f"({type(first).__name__})"
-                ) from None
-            return getattr(first, name)
+    def _pass_through(self, modules: Mapping[str, nn.Module]) -> nn.Module | None:
+        predecessor = modules.get("predecessor")
+        return None if predecessor is None else predecessor.layers[0]
 
     def train(self, mode: bool = True) -> ReplacementSite:
         super().train(mode)
