@@ -15,7 +15,7 @@
 4. **An exact solver** (`solve`): one candidate per group maximising the summed score under a limit on the summed
    cost, as a mixed-integer program (``scipy.optimize.milp``); `CandidateLibrary.choose` turns a budget (a
    fraction of the predecessor's cost) into that limit and refuses, in one line, a budget outside (0, 1) or one
-   that even the cheapest choice exceeds.
+   that even the cheapest choice exceeds (`CandidateLibrary.check_budget`, which refuses without solving).
 
 `CandidateLibrary.plan` gives the chosen candidates as a `Plan` whose successors start from their distilled
 weights: ``replace_(model, plan)`` then trains them like any successors (the global stage).
@@ -300,6 +300,32 @@ class CandidateLibrary:
         return costs, rest
 
     # ------------------------------------------------------------------------------------------------ 4. choose
+    def check_budget(
+        self, costs: tuple[Mapping[tuple[str, str], Cost], Cost], budget: float, kind: str = "latency"
+    ) -> None:
+        """Raises `ValueError` in one line for a budget outside (0, 1) or one that even the cheapest candidates
+        (the cheapest of every group, with the rest of the model) exceed; solves nothing. `choose` refuses by it."""
+        if not (isinstance(budget, (int, float)) and 0 < budget < 1):
+            raise ValueError(f"a budget is a fraction of the predecessor's {kind} in (0, 1), got {budget!r}")
+        _, table, total = self._table(costs, kind)
+        cheapest = costs[1].of(kind) + sum(min(row) for row in table)
+        if cheapest > budget * total:
+            raise ValueError(
+                f"a {kind} budget of {budget:g} is below what the cheapest candidates reach "
+                f"({cheapest / total:.3f} of the predecessor's): raise it, or add cheaper candidates"
+            )
+
+    def _table(
+        self, costs: tuple[Mapping[tuple[str, str], Cost], Cost], kind: str
+    ) -> tuple[list[list[str]], list[list[float]], float]:
+        """The candidates' names and ``kind`` costs, a row per group, and the predecessor's whole ``kind`` cost."""
+        per_key, rest = costs
+        names = [self.names(path) for path in self.paths]
+        table = [
+            [per_key[(path, name)].of(kind) for name in group] for path, group in zip(self.paths, names, strict=True)
+        ]
+        return names, table, rest.of(kind) + sum(per_key[(path, KEEP)].of(kind) for path in self.paths)
+
     def choose(
         self,
         scores: Mapping[tuple[str, str], float],
@@ -309,28 +335,17 @@ class CandidateLibrary:
     ) -> Choice:
         """The candidates maximising the summed score with the whole model's cost within ``budget`` times the
         predecessor's (`solve`). Raises `ValueError` in one line for a budget outside (0, 1) or one that even the
-        cheapest candidates exceed."""
-        if not (isinstance(budget, (int, float)) and 0 < budget < 1):
-            raise ValueError(f"a budget is a fraction of the predecessor's {kind} in (0, 1), got {budget!r}")
-        per_key, rest = costs
-        total = rest.of(kind) + sum(per_key[(path, KEEP)].of(kind) for path in self.paths)
-        limit = budget * total - rest.of(kind)
-        names = [self.names(path) for path in self.paths]
-        table = [
-            [per_key[(path, name)].of(kind) for name in group] for path, group in zip(self.paths, names, strict=True)
-        ]
-        cheapest = rest.of(kind) + sum(min(row) for row in table)
-        if cheapest > budget * total:
-            raise ValueError(
-                f"a {kind} budget of {budget:g} is below what the cheapest candidates reach "
-                f"({cheapest / total:.3f} of the predecessor's): raise it, or add cheaper candidates"
-            )
+        cheapest candidates exceed (`check_budget`)."""
+        self.check_budget(costs, budget, kind)
+        names, table, total = self._table(costs, kind)
+        rest = costs[1].of(kind)
+        limit = budget * total - rest
         values = [[scores[(path, name)] for name in group] for path, group in zip(self.paths, names, strict=True)]
         picked = solve(values, table, limit)
         chosen = {path: group[index] for path, group, index in zip(self.paths, names, picked, strict=True)}
         used = sum(row[index] for row, index in zip(table, picked, strict=True))
         score = sum(row[index] for row, index in zip(values, picked, strict=True))
-        return Choice(chosen, kind, float(budget), limit, (rest.of(kind) + used) / total, score)
+        return Choice(chosen, kind, float(budget), limit, (rest + used) / total, score)
 
     def plan(self, choice: Choice | Mapping[str, str]) -> Plan:
         """The chosen candidates as a `Plan` for `replace_`: each successor (and its projections) a copy of the

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 import theseus_core as th
+from theseus_core import search
 from theseus_core.search import KEEP, CandidateLibrary, keep_specs, skip_specs, solve
 from theseus_core.testing import ToyStack
 from theseus_core.testing.toys import ToyBlock
@@ -163,6 +164,28 @@ def test_a_budget_out_of_range_or_below_the_cheapest_choice_is_refused_in_one_li
     with pytest.raises(ValueError, match="below what the cheapest candidates reach") as refused:
         library.choose(scores, costs, budget=0.01, kind="params")
     assert "\n" not in str(refused.value)
+
+
+def test_check_budget_refuses_what_choose_refuses_and_solves_nothing(setup, monkeypatch):
+    _, library, batches = setup
+    costs = library.costs(batches[0], forward, rounds=1)
+    scores = {key: 0.0 for key in library.successors}
+    per_key, rest = costs
+    total = rest.params + sum(per_key[(path, KEEP)].params for path in GROUPS)
+    cheapest = rest.params + sum(min(per_key[(path, name)].params for name in library.names(path)) for path in GROUPS)
+    for budget in (0, 1.5, "half", cheapest / total * 0.99, cheapest / total * 1.01, 0.5, 0.99):
+        with monkeypatch.context() as patched:
+            patched.setattr(search, "solve", lambda *args: pytest.fail("check_budget solved"))
+            try:
+                library.check_budget(costs, budget, "params")
+            except ValueError as refused:
+                with pytest.raises(ValueError) as also:
+                    library.choose(scores, costs, budget, "params")
+                assert str(also.value) == str(refused) and "\n" not in str(refused)
+                continue
+        assert library.choose(scores, costs, budget, "params").predicted_ratio <= budget
+    with pytest.raises(ValueError, match="below what the cheapest"):
+        library.check_budget(costs, cheapest / total * 0.99, "params")
 
 
 def test_a_candidate_replace_refuses_is_left_out_of_its_group_and_said_so():

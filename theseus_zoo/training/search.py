@@ -1,14 +1,15 @@
 """The budget search of a run (`Recipe.budget`): a successor per group, chosen before Theseus trains.
 
 `BudgetSearch.check` runs before anything trains: the family must offer candidates
-(`theseus_zoo.tasks.protocols.OffersCandidates`), and the budget must be reachable by the cheapest ones, measured
-on the predecessor as the family builds it (costs depend on the architecture, not on the weights). Once the
-predecessor is fine-tuned, `BudgetSearch.run` builds every candidate of every group
-(`theseus_core.search.CandidateLibrary`), distils them blockwise on training batches (``budget["steps"]``), scores
-each alone in the predecessor on a held-out part of the training split (its last batches, never seen by the
-distillation; not dev, not test), and solves for the choice; every Theseus variant of the run then trains that
-choice (`Context.plan`), starting from the distilled weights. The outcome goes into the checkpoint (a resumed run
-keeps its choice and distils again, deterministically) and into ``report.json["search"]``.
+(`theseus_zoo.tasks.protocols.OffersCandidates`), and the budget must be reachable by the cheapest ones, measured on
+the predecessor as the family builds it (costs depend on the architecture, not on the weights; latency is measured,
+so the check builds the candidates, but distils, scores and solves nothing). Once the predecessor is fine-tuned,
+`BudgetSearch.run` builds every candidate of every group (`theseus_core.search.CandidateLibrary`), distils them
+blockwise on training batches (``budget["steps"]``), scores each alone in the predecessor on a held-out part of the
+training split (its last batches, never seen by the distillation; not dev, not test), and solves for the choice;
+every Theseus variant of the run then trains that choice (`Context.plan`), starting from the distilled weights. The
+outcome goes into the checkpoint (a resumed run keeps its choice and distils again, deterministically) and into
+``report.json["search"]``.
 """
 
 from __future__ import annotations
@@ -113,25 +114,38 @@ class BudgetSearch:
     def batches(self) -> tuple[list[Any], list[Any]]:
         """The distillation's batches (``steps`` of them, in a seeded order of the training split but its last
         `SCORE_BATCHES` batches) and those last batches, which score."""
-        train = self.task.dataset("train")
+        train, distilling, scoring = self._split()
         size = self.recipe.replacing.batch_size
-        labelled, _ = labelled_split(len(train), self.recipe.labelled_examples)
-        held = min(len(labelled) // 2, SCORE_BATCHES * size)
-        scoring, distilling = labelled[len(labelled) - held :], labelled[: len(labelled) - held]
         order = DataOrder(distilling, min(size, len(distilling)), self.recipe.seed, "search")
+        score_batches = [self._collate(train, scoring[start : start + size]) for start in range(0, len(scoring), size)]
+        return [self._collate(train, order.batch(step)) for step in range(self.steps)], score_batches
 
-        def collate(indices: torch.Tensor) -> Any:
-            return to_device(self.task.collate([train[int(i)] for i in indices]), self.device)
+    def cost_batch(self) -> Any:
+        """The batch costs are measured on: the first of the scoring batches of `batches`, collated alone."""
+        train, _, scoring = self._split()
+        return self._collate(train, scoring[: self.recipe.replacing.batch_size])
 
-        score_batches = [collate(scoring[start : start + size]) for start in range(0, len(scoring), size)]
-        return [collate(order.batch(step)) for step in range(self.steps)], score_batches
+    def _split(self) -> tuple[Any, torch.Tensor, torch.Tensor]:
+        """The training split, and the indices of its labelled examples that distil and those that score."""
+        train = self.task.dataset("train")
+        labelled, _ = labelled_split(len(train), self.recipe.labelled_examples)
+        held = min(len(labelled) // 2, SCORE_BATCHES * self.recipe.replacing.batch_size)
+        return train, labelled[: len(labelled) - held], labelled[len(labelled) - held :]
+
+    def _collate(self, train: Any, indices: torch.Tensor) -> Any:
+        return to_device(self.task.collate([train[int(i)] for i in indices]), self.device)
 
     def check(self, predecessor: nn.Module) -> tuple[dict[tuple[str, str], Cost], Cost]:
-        """Before any training: the candidates' measured costs; raises `ValueError` in one line when the family
-        offers none or the budget is below the cheapest choice. ``predecessor`` is only read."""
+        """Before any training: every candidate's measured cost (what `run` chooses by); raises `ValueError` in one
+        line when the family offers none or the budget is below the cheapest choice. ``predecessor`` is only read.
+
+        Measured latency needs every candidate built and run on its group's real input, and which candidates exist
+        is what `replace_` verifies (one it refuses must not count as the cheapest), so this builds the
+        `CandidateLibrary`, and nothing more: one batch collated (`cost_batch`), nothing distilled, scored or
+        solved (`CandidateLibrary.check_budget`)."""
         library = self.library(predecessor)
-        costs = library.costs(self.batches()[1][0], self.task.logits)
-        library.choose({key: 0.0 for key in library.successors}, costs, self.fraction, self.kind)  # refuses
+        costs = library.costs(self.cost_batch(), self.task.logits)
+        library.check_budget(costs, self.fraction, self.kind)
         return costs
 
     def run(

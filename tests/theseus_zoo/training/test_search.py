@@ -87,6 +87,39 @@ def test_a_family_that_offers_no_candidates_is_refused_in_one_line():
     assert "\n" not in str(refused.value)
 
 
+def test_the_check_builds_the_candidates_once_and_nothing_else(monkeypatch):
+    """Latency is measured, so the check builds the candidate library, once; it reads one batch of the training
+    split for the costs, and orders, distils, scores and solves nothing (all of that is `BudgetSearch.run`'s)."""
+    from theseus_core import search as core_search
+    from theseus_zoo.recipes import get_recipe
+    from theseus_zoo.tasks import build_task
+    from theseus_zoo.training import search
+
+    recipe = get_recipe("toy").with_overrides({"budget": {"params": 0.5, "steps": 50}})
+    task = build_task("toy", {}, 0)
+    built, reads = [], []
+
+    class Counted(list):
+        def __getitem__(self, index):
+            reads.append(index)
+            return super().__getitem__(index)
+
+    train, dataset, library = Counted(task.dataset("train")), task.dataset, search.CandidateLibrary
+    monkeypatch.setattr(task, "dataset", lambda split: train if split == "train" else dataset(split))
+    monkeypatch.setattr(search, "CandidateLibrary", lambda *args, **kwargs: built.append(1) or library(*args, **kwargs))
+
+    def unneeded(*args, **kwargs):
+        raise AssertionError("the check ran what only the search itself needs")
+
+    monkeypatch.setattr(search, "DataOrder", unneeded)
+    for name in ("distill_", "scores", "choose"):
+        monkeypatch.setattr(library, name, unneeded)
+    monkeypatch.setattr(core_search, "solve", unneeded)
+    per_key, rest = search.BudgetSearch(task, recipe, torch.device("cpu")).check(task.build_predecessor())
+    assert built == [1] and 0 < len(reads) <= recipe.replacing.batch_size
+    assert {name for _, name in per_key} >= {"keep", "skip"} and rest.params > 0
+
+
 def searched(tmp_path, recipe, steps, *args):
     """A tiny run of ``recipe`` with ``args`` (methods, budget) in ``tmp_path/recipe``; its report's search."""
     config = tmp_path / f"{recipe}.json"
