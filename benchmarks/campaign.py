@@ -35,7 +35,7 @@ final seeds (`Campaign.matched_setting`); the steps come from the timing protoco
 hand when ``status`` asks for it, whose ``run-cost.json`` lies beside the cell's raw results.
 
 ``status`` prints done / running / left per cell and method and the CPU-hours left, estimated from the finished
-runs (each method's mean wall-clock of its runs, predecessor phases included, times ``--threads``).
+runs (each method's mean wall-clock of its runs, predecessor phases included, times ``--threads``; `Campaign.seconds`).
 """
 
 from __future__ import annotations
@@ -358,7 +358,9 @@ class Campaign:
         runner = CompressProcess(
             recipe, arguments, threads, log=directory.parent / f"seed{run.seed}.log", name=str(run)
         )
+        started = time.monotonic()
         report = ensure_run(None, directory, predecessor_from=source, runner=runner)
+        wall_seconds = time.monotonic() - started
         siblings = [
             other
             for other in self.runs()
@@ -377,6 +379,7 @@ class Campaign:
             "command": shlex.join(["theseus", "compress", "--recipe", recipe, *arguments, "--threads", str(threads)]),
             "config": self.overrides(run),
             "predecessor_from": None if source is None else str(source),
+            "wall_seconds": wall_seconds,  # of this process's part: a resumed run's earlier part is not in it
             "environment": {**environment(), "torch_threads": threads},
         }
         (target / PROVENANCE).write_text(json.dumps(provenance, indent=2) + "\n")
@@ -391,11 +394,15 @@ class Campaign:
 
     # ------------------------------------------------------------------------------------------- status
     def seconds(self, run: CampaignRun) -> float | None:
-        """Wall-clock of a done run's phases (its predecessor's when it fine-tuned one, not a borrowed one's), from
-        its report."""
+        """Wall-clock of a done run: its process's, start to report (`PROVENANCE`), or, for a run archived without
+        it, its phases' (its predecessor's when it fine-tuned one, not a borrowed one's) from its report, which
+        leave out starting, testing and exporting."""
         report = self.report(run)
         if report is None:
             return None
+        provenance = self.archive / run.path / PROVENANCE
+        if provenance.exists() and "wall_seconds" in (recorded := json.loads(provenance.read_text())):
+            return recorded["wall_seconds"]
         return sum(phase["seconds"] for phase in report.phases.values() if "from" not in phase)
 
     def status(self, running: set[CampaignRun] = frozenset(), threads: int = 1) -> dict[str, Any]:
