@@ -31,7 +31,17 @@ from typing import Any
 
 from theseus_zoo.training import stats
 
-from . import deploy, deploy_llama, headroom, methods, page_tables, search_table, seed_intervals, warmup_fit
+from . import (
+    campaign_results,
+    deploy,
+    deploy_llama,
+    headroom,
+    methods,
+    page_tables,
+    search_table,
+    seed_intervals,
+    warmup_fit,
+)
 from .harness import markdown_table
 from .page_tables import RESULTS, load, signed
 
@@ -385,6 +395,10 @@ TABLES: dict[str, Callable[[], str]] = {
     "deploy-kernels": page_tables.deploy_kernels_table,
     "deploy-accuracy": page_tables.deploy_accuracy_table,
     "performance": page_tables.performance_table,
+    **{  # every campaign cell's short table (benchmarks.campaign_results)
+        path.stem: (lambda path=path: campaign_results.summary_table(_json(path)))
+        for path in sorted(RESULTS.glob("campaign-*.json"))
+    },
     **{
         f"search-gcn-polblogs-latency-{budget.replace('.', '')}": (
             lambda budget=budget: search_table.render(load(f"search-gcn-polblogs-latency-{budget}.json"))
@@ -421,6 +435,7 @@ RENDERED: dict[str, Callable[[Path], str]] = {
     "methods-gcn-polblogs-few-labels.json": methods_markdown,
     "methods-resnet-fashion-mnist-mobilenet-v2-lr-grid.json": methods_markdown,
     "methods-resnet-fashion-mnist-shufflenet-v2-lr-grid.json": methods_markdown,
+    **{path.name: lambda path: campaign_results.full_markdown(_json(path)) for path in RESULTS.glob("campaign-*.json")},
 }
 """The committed ``benchmarks/results/<name>.json`` whose ``.md`` a module renders from the JSON alone. Not here:
 ``methods-resnet-fashion-mnist-{mobilenet-v2,shufflenet-v2}`` (written by `benchmarks.methods` before grid points
