@@ -205,13 +205,7 @@ def summary_table(summary: dict[str, Any]) -> str:
 
     rows = []
     for method, entry in entries.items():
-        role = (
-            " (best variant on dev)"
-            if method == summary["best_theseus"]
-            else " (best alternative on dev)"
-            if method == summary["best_alternative"]
-            else ""
-        )
+        role = methods_table.dev_role(summary, method)
         edge = " (grid edge)" if entry["at_edge"] else ""
         rows.append(
             [

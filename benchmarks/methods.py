@@ -336,6 +336,13 @@ def setting_label(setting: str) -> str:
     return f"lr {lr}, b {base}, p = 1 at {one}"
 
 
+def dev_role(summary: dict[str, Any], model: str) -> str:
+    """What a method's row says of it: the best variant or the best alternative on dev, or nothing."""
+    if model == summary["best_theseus"]:
+        return " (best variant on dev)"
+    return " (best alternative on dev)" if model == summary["best_alternative"] else ""
+
+
 def summary_table(summary: dict[str, Any], versus: tuple[str, ...] = ("baseline:kd", "baseline:truncated")) -> str:
     """The short table of a results page from a ``methods-<name>.json``: every method at its dev choice, its mean test
     metric, each Theseus variant minus ``versus`` (points, mean and 95% t interval over seeds) and its wall-clock over
@@ -352,13 +359,7 @@ def summary_table(summary: dict[str, Any], versus: tuple[str, ...] = ("baseline:
     rows = []
     for model, entry in methods.items():
         setting = entry.get("setting", entry.get("lr"))
-        role = (
-            " (best variant on dev)"
-            if model == summary["best_theseus"]
-            else " (best alternative on dev)"
-            if model == summary["best_alternative"]
-            else ""
-        )
+        role = dev_role(summary, model)
         ratio = entry.get("seconds_ratio_to_theseus")
         rows.append(
             [

@@ -13,6 +13,8 @@ from torch import nn
 import theseus_core as th
 from theseus_core.testing import ToyBlock, ToyStack
 
+from .test_engine import ReadsItsFirstBlock
+
 
 def projected():
     """A successor between projections, as `Theseus.finalize` leaves it; its target is the successor."""
@@ -113,20 +115,6 @@ def test_pickling_and_the_state_dict_round_trip(kind):
     with torch.no_grad():
         assert torch.equal(fresh.eval()(x), wrapper.eval()(x))
         assert torch.equal(clone.eval()(x), wrapper.eval()(x))
-
-
-class ReadsItsFirstBlock(nn.Module):
-    """A container that reads an attribute of its first block in ``forward``, as ``nn.TransformerEncoder`` does."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.blocks = nn.ModuleList(ToyBlock(8, dropout=0.0) for _ in range(4))
-        self.blocks[0].gain = 2.0
-
-    def forward(self, x):
-        for block in self.blocks:
-            x = block(x)
-        return x * self.blocks[0].gain
 
 
 def gained_block(group):
