@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> None:
         ranks = launch(parallel, int(processes), args.steps, args.threads)
         runs.append({"parallel": parallel, "processes": int(processes), "ranks": ranks})
         print(json.dumps(runs[-1], indent=2), flush=True)
-    command = "python -m benchmarks.fsdp_measure " + shlex.join(sys.argv[1:] if argv is None else argv)
+    command = shlex.join(["python", "-m", "benchmarks.fsdp_measure", *(sys.argv[1:] if argv is None else argv)])
     results = {"command": command, "environment": environment(), "steps": args.steps, "runs": runs}
     write_report(results, args.out, NAME, markdown(results))
     print(markdown(results))
