@@ -1,7 +1,11 @@
-"""The CPU measurement of per-rank peaks (`benchmarks.fsdp_measure`): its routes and its allocation count."""
+"""The CPU measurement of per-rank peaks (`benchmarks.fsdp_measure`): its routes, its allocation count, and the
+committed peaks against the memory model as it is now."""
 
 from __future__ import annotations
 
+import json
+
+import pytest
 import torch
 
 from benchmarks import fsdp_measure
@@ -28,3 +32,15 @@ def test_growths_count_what_a_window_allocates_and_has_not_freed():
     growth, _ = fsdp_measure._growths(profiled, ("window",))["window"]
     assert growth == (512 + 256) * 4
     assert kept.numel() + held.numel() + second.numel() + third.numel()
+
+
+def test_the_committed_cpu_peaks_are_within_15_percent_of_the_model():
+    results = json.loads((fsdp_measure.RESULTS / f"{fsdp_measure.NAME}.json").read_text())
+    seen = set()
+    for run in results["runs"]:
+        seen.add((run["parallel"], run["processes"]))
+        predicted = fsdp_measure.prediction(run["parallel"], run["processes"], run["ranks"][0]["tokens"])
+        for rank in run["ranks"]:
+            assert rank["tokens"] == 512 // run["processes"]
+            assert predicted["total"] == pytest.approx(rank["peak"], rel=0.15)
+    assert {("fsdp", 1), ("fsdp", 2)} <= seen
