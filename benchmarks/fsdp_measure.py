@@ -19,7 +19,7 @@ tensors the device held at once. The CPU equivalent measured is the stage's tens
 counts them: what the stage holds when a step begins (the trained model's parameters and buffers, as local shards
 under FSDP2, and AdamW's state, counted tensor by tensor, each storage once; gradients are None and every FSDP2
 unit resharded then), plus the most bytes the step allocated and had not yet freed (``torch.profiler`` with
-``profile_memory``, which sees every CPU allocation and free: `_growths`). What a CPU rank holds beside it is left
+``profile_memory``, which sees every CPU allocation and free: `window_growths`). What a CPU rank holds beside it is left
 out, as the model leaves it out: the whole model under replacement (FSDP2 shards a copy of it; on a GPU it stays
 in host memory), the predecessor the method was built from, the data, Python and the libraries. Recorded beside it,
 not compared: the peak of the preparation (FSDP2's copy is whole until `fully_shard` splits it: host memory on a
@@ -83,7 +83,7 @@ def _status(field: str) -> int:
     raise KeyError(field)
 
 
-def _growths(profile: Any, windows: tuple[str, ...]) -> dict[str, tuple[int, str]]:
+def window_growths(profile: Any, windows: tuple[str, ...]) -> dict[str, tuple[int, str]]:
     """Per ``torch.profiler.record_function`` window of ``windows``: the most bytes allocated inside it and not yet
     freed, and the operator that reached it.
 
@@ -178,7 +178,7 @@ def worker(parallel: str, steps: int, threads: int, out: Path) -> None:
             routes.append([bool(route) for route in theseus.last_routes.values()])
     rss_growth = _status("VmHWM") - rss_before
     windows = [f"step {index + 1}" for index in range(steps)]
-    growths = _growths(profiled, ("prepare", *windows))
+    growths = window_growths(profiled, ("prepare", *windows))
     optimizer_state = [value for state in optimizer.state.values() for value in state.values() if value.dim() > 0]
     held = {
         "parameters": _storages([*model.parameters(), *model.buffers()]),
@@ -304,9 +304,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.worker:
         worker(args.worker, args.steps, args.threads, args.out)
         return
+    spelled_runs = [spelled.split(":") for spelled in args.runs]
+    if not all(len(run) == 2 and run[0] in ("ddp", "fsdp") and run[1].isdigit() for run in spelled_runs):
+        parser.error(f"--runs takes parallel:processes, e.g. fsdp:2, got {' '.join(args.runs)}")
     runs = []
-    for spelled in args.runs:
-        parallel, processes = spelled.split(":")
+    for parallel, processes in spelled_runs:
         ranks = launch(parallel, int(processes), args.steps, args.threads)
         runs.append({"parallel": parallel, "processes": int(processes), "ranks": ranks})
         print(json.dumps(runs[-1], indent=2), flush=True)

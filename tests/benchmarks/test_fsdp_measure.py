@@ -29,7 +29,7 @@ def test_growths_count_what_a_window_allocates_and_has_not_freed():
             second = torch.zeros(256)
             del first
             third = torch.zeros(128)
-    growth, _ = fsdp_measure._growths(profiled, ("window",))["window"]
+    growth, _ = fsdp_measure.window_growths(profiled, ("window",))["window"]
     assert growth == (512 + 256) * 4
     assert kept.numel() + held.numel() + second.numel() + third.numel()
 
