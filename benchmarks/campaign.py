@@ -1,6 +1,6 @@
 """Campaigns: long lists of runs that outlive a session, run a few one-thread jobs at a time, raw results kept.
 
-    python -m benchmarks.campaign run NAME [--jobs 2] [--threads 1] [--runs runs/campaigns] [--hours H]
+    python -m benchmarks.campaign run NAME [--jobs 2] [--threads 1] [--runs runs/campaigns] [--hours H] [--device cpu]
     python -m benchmarks.campaign status NAME
 
 A campaign is committed as ``benchmarks/campaigns/NAME.json``: its cells (a recipe, with optional recipe overrides),
@@ -34,8 +34,16 @@ finished, at their chosen settings with the steps that make their training cost 
 final seeds (`Campaign.matched_setting`); the steps come from the timing protocol of `benchmarks.run_cost`, run by
 hand when ``status`` asks for it, whose ``run-cost.json`` lies beside the cell's raw results.
 
+Devices: a seed runs on one device, its predecessor and every method (CPU and GPU numbers differ, and a
+predecessor's checkpoint stays where it was fine-tuned). A cell's ``gpu_seeds`` are the GPU's, run in lent GPU
+sessions (``--device gpu``, `benchmarks.campaign_gpu`, which also says how their results come back); the others, and
+those of a cell with ``predecessor_from``'s source, are the CPU's. ``run`` starts only its ``--device``'s seeds
+(default ``cpu``), and stops if a done run's seed has changed device since (`Campaign.misplaced`); each archived run
+records its ``campaign_device``. ``--finish-hours`` starts a run only if it should end in time (a GPU call's limit).
+
 ``status`` prints done / running / left per cell and method and the CPU-hours left, estimated from the finished
-runs (each method's mean wall-clock of its runs, predecessor phases included, times ``--threads``; `Campaign.seconds`).
+runs (each method's mean wall-clock of its runs, predecessor phases included, times ``--threads``; `Campaign.seconds`),
+and with GPU seeds, done / running / left and the runs' hours left per device.
 """
 
 from __future__ import annotations
@@ -50,6 +58,7 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,6 +75,8 @@ from .harness import environment
 
 CAMPAIGNS = Path(__file__).parent / "campaigns"
 ARCHIVE = Path(__file__).parent / "results" / "campaigns"
+DEVICES = ("cpu", "gpu")
+"""Where a campaign's runs run: here, on the CPU, or on a lent GPU machine (`benchmarks.campaign_gpu`)."""
 PROVENANCE = "provenance.json"
 """Beside each archived report: the command and config it ran with, and the commit and machine it ran on."""
 
@@ -133,6 +144,19 @@ class Campaign:
                 raise ValueError(
                     f"campaign {name}: cell {cell} takes its predecessors from {source!r}, which is not a cell that "
                     "fine-tunes its own"
+                )
+            gpu_seeds = definition.get("gpu_seeds", [])
+            if not isinstance(gpu_seeds, list) or not all(isinstance(s, int) and s >= 0 for s in gpu_seeds):
+                raise ValueError(f"campaign {name}: cell {cell}'s gpu_seeds must be a list of seeds, got {gpu_seeds!r}")
+            if gpu_seeds and source is not None:
+                raise ValueError(
+                    f"campaign {name}: cell {cell} takes its predecessors, and so their devices, from {source}: give "
+                    f"gpu_seeds to {source}"
+                )
+            if gpu_seeds and definition.get("compute_matched"):
+                raise ValueError(
+                    f"campaign {name}: cell {cell} has gpu_seeds and compute_matched: the run costs are timed on the "
+                    "CPU (benchmarks.run_cost), so a cell that matches compute runs on the CPU alone"
                 )
         extensions = data.get("edge_extensions", 0)
         if not isinstance(extensions, int) or isinstance(extensions, bool) or extensions < 0:
@@ -311,6 +335,25 @@ class Campaign:
     def done(self, run: CampaignRun) -> bool:
         return (self.archive / run.path / REPORT).exists()
 
+    # ------------------------------------------------------------------------------------------- devices
+    def device_of(self, run: CampaignRun) -> str:
+        """The device that runs ``run``: ``"gpu"`` for a seed in its predecessor cell's ``gpu_seeds``, else
+        ``"cpu"`` (module doc: a seed's predecessor and every method on one device)."""
+        return "gpu" if run.seed in self.cells[self.predecessor_cell(run.cell)].get("gpu_seeds", []) else "cpu"
+
+    def archived_device(self, run: CampaignRun) -> str | None:
+        """The device a done run ran on, as its provenance says (``campaign_device``; ``"cpu"`` for runs archived
+        before devices were recorded); ``None`` when it is not done."""
+        if not self.done(run):
+            return None
+        provenance = self.archive / run.path / PROVENANCE
+        recorded = json.loads(provenance.read_text()) if provenance.exists() else {}
+        return recorded.get("campaign_device", "cpu")
+
+    def misplaced(self) -> list[CampaignRun]:
+        """Done runs archived from another device than their seed's now (``gpu_seeds`` changed after they ran)."""
+        return [run for run in self.runs() if self.done(run) and self.archived_device(run) != self.device_of(run)]
+
     # ------------------------------------------------------------------------------------------- running one
     def overrides(self, run: CampaignRun) -> dict[str, Any]:
         """The recipe overrides ``run`` trains with: the cell's, the setting's, and its one method."""
@@ -380,6 +423,7 @@ class Campaign:
             "config": self.overrides(run),
             "predecessor_from": None if source is None else str(source),
             "wall_seconds": wall_seconds,  # of this process's part: a resumed run's earlier part is not in it
+            "campaign_device": self.device_of(run),
             "environment": {**environment(), "torch_threads": threads},
         }
         (target / PROVENANCE).write_text(json.dumps(provenance, indent=2) + "\n")
@@ -406,35 +450,48 @@ class Campaign:
         return sum(phase["seconds"] for phase in report.phases.values() if "from" not in phase)
 
     def status(self, running: set[CampaignRun] = frozenset(), threads: int = 1) -> dict[str, Any]:
-        """Done / running / left per (cell, method), the runs waiting on a grid, and the CPU-hours left."""
+        """Done / running / left per (cell, method) and per device, the runs waiting on a grid, and the hours left:
+        ``cpu_hours_left`` for the CPU's runs (their wall-clock times ``threads``), ``devices["gpu"]["run_hours_left"]``
+        for the GPU's (their wall-clock, several at a time on the one GPU)."""
         runs = self.runs()
         rows, seconds = {}, {}
+        devices = {device: {"done": 0, "running": 0, "left": 0, "run_hours_left": None} for device in DEVICES}
         for run in runs:
             row = rows.setdefault((run.cell, run.method), {"done": 0, "running": 0, "left": 0})
             state = "done" if self.done(run) else "running" if run in running else "left"
             row[state] += 1
+            devices[self.device_of(run)][state] += 1
             if state == "done":
-                seconds.setdefault(run.method, []).append(self.seconds(run))
-        every = [value for values in seconds.values() for value in values]
+                seconds.setdefault((self.archived_device(run), run.method), []).append(self.seconds(run))
         waiting = self.waiting()
-        pending = [run for run in runs if not self.done(run)]
-        pending_final = [  # the final runs a waiting grid will add (its chosen setting is unknown, the count is not)
-            (cell, method) for cell, method in waiting for seed in self.final_seeds if seed not in self.grid_seeds
+        later = [  # the final runs a waiting grid will add (its chosen setting is unknown, the count is not)
+            (self.device_of(CampaignRun(cell, method, "", seed)), method)
+            for cell, method in waiting
+            for seed in self.final_seeds
+            if seed not in self.grid_seeds
         ]
-        estimate = None
-        if every:
-            per = {method: statistics.mean(values) for method, values in seconds.items()}
-            fallback = statistics.mean(every)
-            left = sum(per.get(run.method, fallback) for run in pending)
-            left += sum(per.get(method, fallback) for _, method in pending_final)
-            estimate = left * threads / 3600
+        unfinished = [(self.device_of(run), run.method) for run in runs if not self.done(run)] + later
+        for device, counts in devices.items():
+            counts["left"] += sum(1 for other, _ in later if other == device)
+            every = [value for (other, _), values in seconds.items() if other == device for value in values]
+            if every:
+                fallback = statistics.mean(every)
+                left = sum(
+                    statistics.mean(seconds[device, method]) if (device, method) in seconds else fallback
+                    for other, method in unfinished
+                    if other == device
+                )
+                counts["run_hours_left"] = left / 3600
+        cpu = devices["cpu"]["run_hours_left"]
         return {
             "rows": rows,
             "done": sum(row["done"] for row in rows.values()),
             "running": sum(row["running"] for row in rows.values()),
-            "left": sum(row["left"] for row in rows.values()) + len(pending_final),
+            "left": sum(row["left"] for row in rows.values()) + len(later),
             "waiting": waiting,
-            "cpu_hours_left": estimate,
+            "devices": devices,
+            "cpu_hours_left": None if cpu is None else cpu * threads,
+            "misplaced": self.misplaced(),
         }
 
 
@@ -496,15 +553,24 @@ def write_running(campaign: Campaign, runs: set[CampaignRun]) -> None:
     path.write_text(json.dumps({"pid": os.getpid(), "runs": entries}, indent=2) + "\n")
 
 
-def next_runs(campaign: Campaign, in_flight: set[CampaignRun], slots: int) -> list[CampaignRun]:
-    """Up to ``slots`` runs to start now, in the campaign's order: not done, not in flight, and not a second run of
-    a (cell, seed) whose predecessor is being fine-tuned (its first run must finish before the others can take it)."""
+def next_runs(
+    campaign: Campaign,
+    in_flight: set[CampaignRun],
+    slots: int,
+    device: str = "cpu",
+    fits: Callable[[CampaignRun], bool] | None = None,
+) -> list[CampaignRun]:
+    """Up to ``slots`` runs of ``device``'s seeds (`Campaign.device_of`) to start now, in the campaign's order: not
+    done, not in flight, not a second run of a (cell, seed) whose predecessor is being fine-tuned (its first run must
+    finish before the others can take it), and, with ``fits`` (a function of the run), those it accepts."""
     chosen: list[CampaignRun] = []
     busy = {campaign.predecessor_key(run) for run in in_flight if campaign.predecessor_source(run) is None}
     for run in campaign.runs():
         if len(chosen) == slots:
             break
-        if campaign.done(run) or run in in_flight or run in chosen:
+        if campaign.done(run) or run in in_flight or run in chosen or campaign.device_of(run) != device:
+            continue
+        if fits is not None and not fits(run):
             continue
         key = campaign.predecessor_key(run)
         if campaign.predecessor_source(run) is None:
@@ -515,10 +581,43 @@ def next_runs(campaign: Campaign, in_flight: set[CampaignRun], slots: int) -> li
     return chosen
 
 
-def run_campaign(campaign: Campaign, jobs: int, threads: int, hours: float | None = None) -> int:
-    """Runs what is left (module doc); returns the number of runs finished. A failed run is reported and left
-    (its directory kept to resume); a predecessor that differs from the archive's stops the campaign."""
-    deadline = None if hours is None else time.monotonic() + hours * 3600
+def longest_run(campaign: Campaign, device: str) -> float | None:
+    """The longest wall-clock of ``device``'s done runs (`Campaign.seconds`), ``None`` before any: what a run about
+    to start is expected to take at most (a first run of a seed fine-tunes its predecessor too)."""
+    seconds = [campaign.seconds(run) for run in campaign.runs() if campaign.archived_device(run) == device]
+    return max(seconds, default=None)
+
+
+def run_campaign(
+    campaign: Campaign,
+    jobs: int,
+    threads: int,
+    hours: float | None = None,
+    *,
+    device: str = "cpu",
+    finish_hours: float | None = None,
+    run_minutes: float = 5.0,
+) -> int:
+    """Runs what is left of ``device``'s seeds (module doc); returns the number of runs finished. A failed run is
+    reported and left (its directory kept to resume); a predecessor that differs from the archive's stops the
+    campaign, as does a done run archived from another device than its seed's now (`Campaign.misplaced`).
+
+    ``hours``: start nothing new after this many hours. ``finish_hours``: start a run only if it is expected to
+    finish within this many hours of the start: the longest of the device's done runs (`longest_run`), or
+    ``run_minutes`` before any finished."""
+    if misplaced := campaign.misplaced():
+        raise RuntimeError(
+            f"{misplaced[0]} (and {len(misplaced) - 1} more) ran on another device than its seed's now: a seed's "
+            "runs stay on the device that ran its first (put the seed back in or out of its cell's gpu_seeds)"
+        )
+    started = time.monotonic()
+    deadline = None if hours is None else started + hours * 3600
+
+    def fits(run: CampaignRun) -> bool:
+        expected = longest_run(campaign, device)
+        expected = run_minutes * 60 if expected is None else expected
+        return time.monotonic() + expected <= started + finish_hours * 3600
+
     finished = 0
     in_flight: dict[Future, CampaignRun] = {}
     failed: set[CampaignRun] = set()
@@ -527,7 +626,8 @@ def run_campaign(campaign: Campaign, jobs: int, threads: int, hours: float | Non
             open_slots = jobs - len(in_flight)
             if open_slots and (deadline is None or time.monotonic() < deadline):
                 current = set(in_flight.values()) | failed
-                for run in next_runs(campaign, current, open_slots):
+                chosen = next_runs(campaign, current, open_slots, device, None if finish_hours is None else fits)
+                for run in chosen:
                     print(f"campaign {campaign.name}: start {run}", flush=True)
                     in_flight[pool.submit(campaign.execute, run, threads)] = run
             write_running(campaign, set(in_flight.values()))
@@ -574,6 +674,20 @@ def format_status(campaign: Campaign, status: dict[str, Any]) -> str:
         + ("unknown (no run finished yet)" if hours is None else f"{hours:.1f}")
         + " (estimated from the finished runs' wall-clock)"
     )
+    devices = status["devices"]
+    if devices["gpu"]["done"] + devices["gpu"]["running"] + devices["gpu"]["left"]:
+        for device, counts in devices.items():
+            hours = counts["run_hours_left"]
+            estimate = "unknown" if hours is None else f"{hours:.1f}"
+            lines.append(
+                f"  {device}: {counts['done']} done, {counts['running']} running, {counts['left']} left; "
+                f"run-hours left {estimate}" + (" (GPU sessions: benchmarks.campaign_gpu)" if device == "gpu" else "")
+            )
+    if status["misplaced"]:
+        lines.append(
+            f"ran on another device than their seed's now (gpu_seeds changed?): "
+            f"{', '.join(map(str, status['misplaced']))}"
+        )
     for (cell, method), row in sorted(status["rows"].items()):
         chosen = campaign.chosen(cell, method)
         lines.append(
@@ -594,6 +708,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--hours", type=float, help="start nothing new after this many hours")
+    parser.add_argument(
+        "--device",
+        choices=DEVICES,
+        default="cpu",
+        help="run the seeds of this device (a cell's gpu_seeds are the GPU's, the rest the CPU's) (default: cpu)",
+    )
+    parser.add_argument(
+        "--finish-hours",
+        type=float,
+        help="start a run only if it should finish within this many hours (it takes as long as the device's longest "
+        "finished run, or --run-minutes before any)",
+    )
+    parser.add_argument("--run-minutes", type=float, default=5.0, help="see --finish-hours (default: 5)")
     parser.add_argument("--runs", type=Path, default=Path("runs/campaigns"))
     parser.add_argument("--archive", type=Path, default=ARCHIVE)
     parser.add_argument("--campaigns", type=Path, default=CAMPAIGNS)
@@ -612,7 +739,15 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 2
         try:
-            run_campaign(campaign, args.jobs, args.threads, args.hours)
+            run_campaign(
+                campaign,
+                args.jobs,
+                args.threads,
+                args.hours,
+                device=args.device,
+                finish_hours=args.finish_hours,
+                run_minutes=args.run_minutes,
+            )
         except RuntimeError as error:
             print(f"campaign: error: {error}", file=sys.stderr)
             return 1

@@ -36,9 +36,14 @@ def environment() -> dict[str, Any]:
     return info
 
 
+SOURCE_COMMIT = "THESEUS_SOURCE_COMMIT"
+"""Outside a git checkout, the commit `source_commit` gives: a copy of a checkout (a lent GPU machine gets the
+working tree without its ``.git``) is told which commit it is (`benchmarks.campaign_gpu`)."""
+
+
 def source_commit() -> str:
     """``git rev-parse HEAD`` of the checkout the benchmarks run from, ``+changes`` appended when tracked files differ
-    from it; ``"unknown"`` outside a git checkout."""
+    from it; outside a git checkout ``$THESEUS_SOURCE_COMMIT`` (`SOURCE_COMMIT`), else ``"unknown"``."""
     import subprocess
 
     root = Path(__file__).resolve().parent.parent
@@ -48,7 +53,7 @@ def source_commit() -> str:
         ).stdout.strip()
         dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--"], cwd=root).returncode != 0
     except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+        return os.environ.get(SOURCE_COMMIT, "unknown")
     return commit + ("+changes" if dirty else "")
 
 
