@@ -58,7 +58,6 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -558,19 +557,16 @@ def next_runs(
     in_flight: set[CampaignRun],
     slots: int,
     device: str = "cpu",
-    fits: Callable[[CampaignRun], bool] | None = None,
 ) -> list[CampaignRun]:
     """Up to ``slots`` runs of ``device``'s seeds (`Campaign.device_of`) to start now, in the campaign's order: not
-    done, not in flight, not a second run of a (cell, seed) whose predecessor is being fine-tuned (its first run must
-    finish before the others can take it), and, with ``fits`` (a function of the run), those it accepts."""
+    done, not in flight, and not a second run of a (cell, seed) whose predecessor is being fine-tuned (its first run
+    must finish before the others can take it)."""
     chosen: list[CampaignRun] = []
     busy = {campaign.predecessor_key(run) for run in in_flight if campaign.predecessor_source(run) is None}
     for run in campaign.runs():
         if len(chosen) == slots:
             break
         if campaign.done(run) or run in in_flight or run in chosen or campaign.device_of(run) != device:
-            continue
-        if fits is not None and not fits(run):
             continue
         key = campaign.predecessor_key(run)
         if campaign.predecessor_source(run) is None:
@@ -613,10 +609,13 @@ def run_campaign(
     started = time.monotonic()
     deadline = None if hours is None else started + hours * 3600
 
-    def fits(run: CampaignRun) -> bool:
+    def in_time() -> bool:
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+        if finish_hours is None:
+            return True
         expected = longest_run(campaign, device)
-        expected = run_minutes * 60 if expected is None else expected
-        return time.monotonic() + expected <= started + finish_hours * 3600
+        return time.monotonic() + (run_minutes * 60 if expected is None else expected) <= started + finish_hours * 3600
 
     finished = 0
     in_flight: dict[Future, CampaignRun] = {}
@@ -624,10 +623,8 @@ def run_campaign(
     with ThreadPoolExecutor(jobs) as pool:
         while True:
             open_slots = jobs - len(in_flight)
-            if open_slots and (deadline is None or time.monotonic() < deadline):
-                current = set(in_flight.values()) | failed
-                chosen = next_runs(campaign, current, open_slots, device, None if finish_hours is None else fits)
-                for run in chosen:
+            if open_slots and in_time():
+                for run in next_runs(campaign, set(in_flight.values()) | failed, open_slots, device):
                     print(f"campaign {campaign.name}: start {run}", flush=True)
                     in_flight[pool.submit(campaign.execute, run, threads)] = run
             write_running(campaign, set(in_flight.values()))
@@ -671,7 +668,7 @@ def format_status(campaign: Campaign, status: dict[str, Any]) -> str:
     hours = status["cpu_hours_left"]
     lines.append(
         "CPU-hours left: "
-        + ("unknown (no run finished yet)" if hours is None else f"{hours:.1f}")
+        + ("unknown (no CPU run finished yet)" if hours is None else f"{hours:.1f}")
         + " (estimated from the finished runs' wall-clock)"
     )
     devices = status["devices"]

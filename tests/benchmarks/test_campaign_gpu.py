@@ -26,6 +26,9 @@ def device_campaign(tmp_path, archive="archive", gpu_seeds=(1,)):
 
 def test_the_gpu_path_runs_its_seeds_alone_and_its_archive_unpacks_once(tmp_path, capsys):
     campaign = device_campaign(tmp_path)
+    # a run expected to take a minute (none finished yet) does not start 36 s before the call ends
+    assert run_campaign(campaign, jobs=2, threads=1, device="gpu", finish_hours=0.01, run_minutes=1) == 0
+    assert not campaign.runs_root.exists() or not list(campaign.runs_root.rglob("*.config.json"))
     seed = {device: {run.seed for run in next_runs(campaign, set(), 8, device)} for device in ("cpu", "gpu")}
     assert seed == {"cpu": {0}, "gpu": {1}}  # each runner starts its own seeds only
     assert run_campaign(campaign, jobs=2, threads=1, device="gpu", finish_hours=1.0) == 2
