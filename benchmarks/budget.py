@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +23,7 @@ from theseus_zoo.training.analyze import budget_row, budget_table, plot_budget
 from theseus_zoo.training.results import Report
 
 from .compare import check_one_predecessor, model_of
-from .harness import write_report
+from .harness import command_line, write_report
 
 
 def budget_rows(comparisons: list[dict[str, Any]], other: str) -> tuple[list[dict[str, Any]], list[str]]:
@@ -107,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
     recipe = first["recipe"]["name"]
     name = args.name or f"budget-{recipe}"
     metric = rows[0]["metric"]
-    command = "python -m benchmarks.budget " + shlex.join(sys.argv[1:] if argv is None else argv)
+    command = command_line("benchmarks.budget", argv)
     markdown = "\n".join(
         [
             f"# Budget curve of `{recipe}`: Theseus against {args.other}\n",

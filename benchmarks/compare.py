@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import shlex
 import shutil
 import statistics
 import sys
@@ -50,7 +49,7 @@ from theseus_zoo.methods import parse_method, report_keys
 from theseus_zoo.recipes import get_recipe, with_defaults
 from theseus_zoo.training.results import REPORT, Report
 
-from .harness import environment, markdown_table, write_report
+from .harness import command_line, environment, markdown_table, write_report
 from .recipes import paired_comparison, run_seed
 
 
@@ -348,7 +347,7 @@ def main(argv: list[str] | None = None) -> None:
         for method, comparison in comparisons.items()
         if comparison is not None
     ]
-    command = "python -m benchmarks.compare " + shlex.join(sys.argv[1:] if argv is None else argv)
+    command = command_line("benchmarks.compare", argv)
     results = {
         "command": command,
         "seconds": time.perf_counter() - start,

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import shlex
 import statistics
 import subprocess
 import sys
@@ -38,7 +37,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from benchmarks.harness import environment, markdown_table, write_report
+from benchmarks.harness import command_line, environment, markdown_table, write_report
 
 SHAPES = [(1, 64), (1, 128), (8, 64), (8, 128), (32, 64), (32, 128)]
 MINILM = {
@@ -474,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    command = "python -m benchmarks.deploy " + shlex.join(sys.argv[1:] if argv is None else argv)
+    command = command_line("benchmarks.deploy", argv)
     with tempfile.TemporaryDirectory() as scratch:
         if "kernels" in args.parts:
             result = {**result_header(command), **kernels(args.repeats)}

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import shlex
 import statistics
 import subprocess
 import sys
@@ -36,7 +35,7 @@ from typing import Any
 import torch
 
 from benchmarks.deploy import provenance, result_header
-from benchmarks.harness import markdown_table, write_report
+from benchmarks.harness import command_line, markdown_table, write_report
 
 PROMPTS = (
     "The capital of France is",
@@ -265,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from theseus_zoo.tasks import build_task
 
-    command = "python -m benchmarks.deploy_llama " + shlex.join(sys.argv[1:] if argv is None else argv)
+    command = command_line("benchmarks.deploy_llama", argv)
     task = build_task("causal_lm", {"num_layers": args.layers}, 0)
     sequences = task.dataset("test")[: args.sequences]
     with tempfile.TemporaryDirectory() as scratch_name:

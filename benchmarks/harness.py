@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shlex
+import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -39,6 +41,12 @@ def environment() -> dict[str, Any]:
 SOURCE_COMMIT = "THESEUS_SOURCE_COMMIT"
 """Outside a git checkout, the commit `source_commit` gives: a copy of a checkout (a lent GPU machine gets the
 working tree without its ``.git``) is told which commit it is (`benchmarks.campaign_gpu`)."""
+
+
+def command_line(module: str, argv: list[str] | None) -> str:
+    """The command that reproduces a benchmark: ``python -m MODULE`` and its arguments (``argv``, or the process's
+    own when ``None``), quoted for a shell."""
+    return shlex.join(["python", "-m", module, *(sys.argv[1:] if argv is None else argv)])
 
 
 def source_commit() -> str:

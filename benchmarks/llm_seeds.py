@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +23,7 @@ import numpy as np
 from theseus_zoo.training import stats
 from theseus_zoo.training.results import REPORT, Report
 
-from .harness import environment, markdown_table, write_report
+from .harness import command_line, environment, markdown_table, write_report
 
 PREDECESSOR_TOLERANCE = 1e-4
 
@@ -102,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
         result = compare(list(zip(args.a, args.b, strict=True)), args.model_a, args.model_b)
     except ValueError as error:
         parser.error(str(error))
-    command = "python -m benchmarks.llm_seeds " + shlex.join(sys.argv[1:] if argv is None else argv)
+    command = command_line("benchmarks.llm_seeds", argv)
     rows = [
         [seed["seed_a"], f"{seed['perplexity_a']:.1f}", f"{seed['perplexity_b']:.1f}", f"{seed['ratio']:.3f}"]
         for seed in result["seeds"]

@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import argparse
 import re
-import shlex
 import statistics
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,7 +33,7 @@ from typing import Any
 from theseus_zoo.training import stats
 from theseus_zoo.training.results import Report
 
-from .harness import environment, markdown_table, write_report
+from .harness import command_line, environment, markdown_table, write_report
 
 RESULTS = Path(__file__).parent / "results"
 INTERVAL_COLUMNS = ["comparison", "per seed", "mean", "t interval over seeds", "bootstrap (seeds × test)"]
@@ -446,7 +444,7 @@ def main(argv: list[str] | None = None) -> None:
     summary = summarize(
         collect(args.runs, args.settings), [collect_matched(path) for path in args.matched] if args.matched else None
     )
-    command = "python -m benchmarks.methods " + shlex.join(sys.argv[1:] if argv is None else argv)
+    command = command_line("benchmarks.methods", argv)
     text = markdown(summary, args.name, command) + f"\n![methods](methods-{args.name}.png)\n"
     write_report({"command": command, "environment": environment(), **summary}, args.out, f"methods-{args.name}", text)
     plot(summary, args.out / f"methods-{args.name}.png")

@@ -41,7 +41,7 @@ from theseus_zoo.training import stats
 from theseus_zoo.training.results import REPORT, Report, score_examples
 from theseus_zoo.training.runners import CompressProcess, ensure_run
 
-from .harness import environment, markdown_table, write_report
+from .harness import command_line, environment, markdown_table, write_report
 
 
 def run_seed(
@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> None:
         reports.update({seed: future.result() for seed, future in futures.items()})
     reports = {seed: reports[seed] for seed in args.seeds}
     summary = summarize(reports)
-    command = "python -m benchmarks.recipes " + shlex.join(sys.argv[1:] if argv is None else argv)
+    command = command_line("benchmarks.recipes", argv)
     results = {
         "command": command,
         "seconds": time.perf_counter() - start,

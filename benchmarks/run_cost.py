@@ -23,7 +23,6 @@ Writes ``<out>/run-cost.json`` and ``.md`` (with ``--campaign``: beside the cell
 from __future__ import annotations
 
 import argparse
-import shlex
 import statistics
 import sys
 import time
@@ -37,7 +36,7 @@ from theseus_zoo.tasks import build_task
 from theseus_zoo.training.data_order import labelled_split
 
 from .campaign import ARCHIVE, CAMPAIGNS, Campaign
-from .harness import environment, markdown_table, write_report
+from .harness import command_line, environment, markdown_table, write_report
 from .step_cost import StageStep, Step, stage_steps
 
 RUN_COST = "run-cost.json"
@@ -181,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give --campaign NAME --cell CELL, or --recipe R --methods M ...")
     if args.rounds < 1 or args.samples < 1 or args.threads < 1:
         parser.error("--rounds, --samples and --threads must be at least 1")
-    command = "python -m benchmarks.run_cost " + shlex.join(sys.argv[1:] if argv is None else argv)
+    command = command_line("benchmarks.run_cost", argv)
     if args.campaign is not None:
         campaign = Campaign.load(args.campaigns / f"{args.campaign}.json", archive=args.archive)
         if args.cell not in campaign.cells:

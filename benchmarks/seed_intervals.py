@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
 from theseus_zoo.training import stats
 
-from .harness import environment, markdown_table, write_report
+from .harness import command_line, environment, markdown_table, write_report
 
 RESULTS = Path(__file__).parent / "results"
 MINIMUM_SEEDS = stats.SEED_VERDICT_MINIMUM
@@ -94,7 +92,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     tables = args.tables or sorted(RESULTS.glob("recipe-*.json"))
     rows = [row for table in tables for row in rows_of(table)]
-    command = "python -m benchmarks.seed_intervals " + shlex.join(sys.argv[1:] if argv is None else argv)
+    command = command_line("benchmarks.seed_intervals", argv)
 
     markdown_text = markdown(rows, command)
     write_report(

@@ -17,9 +17,7 @@ as `theseus compress` does, and its step is timed with it. Writes ``<out>/step-c
 from __future__ import annotations
 
 import argparse
-import shlex
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,7 +34,7 @@ from theseus_zoo.training.loop import optimizer_for
 from theseus_zoo.training.methods import Context, Stage, methods_of
 
 from .compare import method_name, method_overrides
-from .harness import environment, markdown_table, write_report
+from .harness import command_line, environment, markdown_table, write_report
 
 Step = Callable[[float], None]
 
@@ -152,7 +150,7 @@ def main(argv: list[str] | None = None) -> None:
             results[f"{method} p={rate:g}"] = {"median_seconds": median, "ratio_to_theseus": median / reference}
             shown_rate = f"{rate:g}" if method.startswith("theseus") else f"({rate:g})"
             rows.append([method, shown_rate, f"{median * 1000:.0f}", f"{median / reference:.2f}×"])
-    command = "python -m benchmarks.step_cost " + shlex.join(sys.argv[1:] if argv is None else argv)
+    command = command_line("benchmarks.step_cost", argv)
     markdown = "\n".join(
         [
             f"# One training step of each method on `{args.recipe}`\n",

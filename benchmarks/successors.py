@@ -17,9 +17,7 @@ every other model, per seed and as a mean over seeds with a 95% paired bootstrap
 from __future__ import annotations
 
 import argparse
-import shlex
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +27,7 @@ from torch import nn
 from theseus_zoo.training.results import REPORT, Report
 from theseus_zoo.training.timing import interleaved_seconds, median_ratio
 
-from .harness import environment, markdown_table, write_report
+from .harness import command_line, environment, markdown_table, write_report
 from .recipes import paired_comparison
 
 
@@ -199,7 +197,7 @@ def main(argv: list[str] | None = None) -> None:
             if comparison is not None:
                 summary["comparisons"][f"{label} − {other}"] = comparison
     name = args.name or args.recipes[0]
-    command = "python -m benchmarks.successors " + shlex.join(sys.argv[1:] if argv is None else argv)
+    command = command_line("benchmarks.successors", argv)
     rows = [
         [
             label,

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +30,7 @@ from theseus_zoo.training.methods import BlockwiseWarmup, Context, Theseus, meth
 from theseus_zoo.training.rng import stream_seed
 from theseus_zoo.training.state import read_state
 
-from .harness import environment, markdown_table, write_report
+from .harness import command_line, environment, markdown_table, write_report
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -131,7 +129,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--batches must be 1 or more")
     torch.set_num_threads(1)
     results = [measure(run, args.batches) for run in args.runs]
-    command = "python -m benchmarks.warmup_fit " + shlex.join(sys.argv[1:] if argv is None else argv)
+    command = command_line("benchmarks.warmup_fit", argv)
     name = args.name or args.runs[0].name
     text = markdown(results, command)
     write_report(
