@@ -35,6 +35,7 @@ from . import (
     campaign_results,
     deploy,
     deploy_llama,
+    fsdp_check,
     fsdp_measure,
     headroom,
     methods,
@@ -401,6 +402,7 @@ TABLES: dict[str, Callable[[], str]] = {
         for path in sorted(RESULTS.glob("campaign-*.json"))
     },
     "fsdp-memory": lambda: fsdp_measure.markdown_rows(load("fsdp-memory.json")),
+    "fsdp-smollm2": lambda: fsdp_check.markdown_rows(load("fsdp-smollm2.json")),
     **{
         f"search-gcn-polblogs-latency-{budget.replace('.', '')}": (
             lambda budget=budget: search_table.render(load(f"search-gcn-polblogs-latency-{budget}.json"))
@@ -432,6 +434,7 @@ RENDERED: dict[str, Callable[[Path], str]] = {
     "deploy-accuracy.json": lambda path: deploy.accuracy_markdown(_json(path)),
     "deploy-llama.json": lambda path: deploy_llama.markdown(_json(path)),
     "fsdp-memory.json": lambda path: fsdp_measure.markdown(_json(path)),
+    "fsdp-smollm2.json": lambda path: fsdp_check.markdown(_json(path)),
     "seed-intervals.json": lambda path: seed_intervals.markdown(_json(path)["rows"], _json(path)["command"]),
     "warmup-fit-light-blocks.json": lambda path: warmup_fit.markdown(_json(path)["runs"], _json(path)["command"]),
     "methods-gcn-polblogs.json": methods_markdown,
