@@ -100,6 +100,9 @@ class GraphTask:
     """`Task` for node classification with a PyG ``BasicGNN``; options in `GraphOptions` and the module doc."""
 
     metric = "accuracy"
+    compression_options = ("num_layers", "group_sizes", "distill_on", "predecessor_eval")
+    """Options that shape only the compression (`CompressionOptions`): ``--predecessor-from`` takes a run's
+    predecessor whatever they are, so the cells of one graph, split and predecessor share it."""
 
     def __init__(self, options: dict[str, Any], seed: int) -> None:
         parsed = parse_options(GraphOptions, options, "gnn")

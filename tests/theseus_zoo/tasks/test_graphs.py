@@ -216,6 +216,35 @@ def test_a_split_per_seed_varies_with_the_seed_and_the_default_does_not():
         assert [len(part) for part in split.values()] == [len(part) for part in splits(0).values()]
 
 
+@pytest.mark.parametrize(
+    ("change", "shared"),
+    [
+        ({"distill_on": "all"}, True),
+        ({"num_layers": 3, "group_sizes": [2, 2, 2]}, True),
+        ({"predecessor_eval": True}, True),
+        ({"split_per_seed": True}, False),  # another split for seeds but 0: another predecessor
+        ({"hidden": 32}, False),
+    ],
+)
+def test_cells_that_differ_only_in_the_compression_share_a_predecessor(change, shared, tmp_path):
+    from theseus_zoo.recipes import get_recipe
+    from theseus_zoo.training import run_directory
+    from theseus_zoo.training.checkpoints import write_checkpoint
+    from theseus_zoo.training.state import RunState, StageRecord
+
+    base = get_recipe("gcn-polblogs")
+    record = StageRecord(weights={}, best_metric=0.5, best_step=1, steps=1, seconds=0.0)
+    write_checkpoint(
+        RunState(done={"predecessor": record}, recipe=base.to_dict()).to_dict(), tmp_path / "checkpoint.pt"
+    )
+    other = base.with_overrides({"options": {**base.options, **change}})
+    if shared:
+        assert run_directory.finished_predecessor(tmp_path, other, graphs.GraphTask.compression_options) == record
+    else:
+        with pytest.raises(run_directory.RunError, match="has another options"):
+            run_directory.finished_predecessor(tmp_path, other, graphs.GraphTask.compression_options)
+
+
 def test_truncated_holds_the_successors_initialisation():
     task = graphs.GraphTask({"dataset": "karate"}, 0)
     predecessor = task.build_predecessor()
