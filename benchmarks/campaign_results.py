@@ -290,7 +290,12 @@ def markdown(summary: dict[str, Any], command: str) -> str:
             f"{methods_table.verdict(headline)}.\n",
             "Paired per seed, in points (each side at its own chosen setting; the same steps for every method):\n",
             markdown_table([*methods_table.INTERVAL_COLUMNS, "seeds", "verdict"], comparison_rows),
-            *methods_table.matched_section(summary, interval),
+            *methods_table.matched_section(
+                summary,
+                interval,
+                f"their training cost `{summary['best_theseus']}`'s (steps alone, timed by `benchmarks.run_cost`: "
+                "`run-cost.json` beside the cell's raw results)",
+            ),
             f"\nCommand: `{command}`.\n",
         ]
     )

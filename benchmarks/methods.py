@@ -381,8 +381,11 @@ def summary_table(summary: dict[str, Any], versus: tuple[str, ...] = ("baseline:
     )
 
 
-def matched_section(summary: dict[str, Any], interval: Callable[[list[float] | None], str]) -> list[str]:
-    """The compute-matched comparisons as markdown lines (none without ``--matched``)."""
+def matched_section(
+    summary: dict[str, Any], interval: Callable[[list[float] | None], str], basis: str | None = None
+) -> list[str]:
+    """The compute-matched comparisons as markdown lines (none without ``--matched``); ``basis`` says what was
+    matched (default: the methods' wall-clock, as `benchmarks.methods` matched it)."""
     if not summary.get("compute_matched"):
         return []
     best = summary["methods"][summary["best_theseus"]]
@@ -398,9 +401,9 @@ def matched_section(summary: dict[str, Any], interval: Callable[[list[float] | N
         ]
         for label, entry in summary["compute_matched"].items()
     ]
+    basis = basis or f"their wall-clock `{best['method']}`'s ({best['median_seconds']:.0f} s)"
     return [
-        f"\nCompute-matched: methods given the steps that make their wall-clock `{best['method']}`'s "
-        f"({best['median_seconds']:.0f} s), on each seed's predecessor:\n",
+        f"\nCompute-matched: methods given the steps that make {basis}, on each seed's predecessor:\n",
         markdown_table([*INTERVAL_COLUMNS, "its wall-clock", "verdict"], rows),
     ]
 
