@@ -185,7 +185,7 @@ def setting_label(setting: str) -> str:
 
 
 def correlation_text(value: float | None) -> str:
-    return "—" if value is None else f"{value:+.2f}"
+    return "—" if value is None else f"{value:+.2f}".replace("-", "−")  # the pages' minus sign
 
 
 def summary_table(summary: dict[str, Any]) -> str:
