@@ -65,6 +65,9 @@ def test_a_campaign_runs_what_is_left_resumes_a_killed_job_and_skips_what_is_don
         if json.loads(line)["phase"] == "predecessor"
     ]
     assert steps == sorted(set(steps))  # resumed: no step logged twice
+    archived = campaign.archive / killed.path / "report.json"  # the run's report, every value, on one line
+    assert json.loads(archived.read_text()) == json.loads((directory / "report.json").read_text())
+    assert archived.read_text().count("\n") == 1
     provenance = json.loads((campaign.archive / killed.path / "provenance.json").read_text())
     assert (
         provenance["command"].startswith("theseus compress --recipe toy --config ")
