@@ -314,7 +314,7 @@ def pack_results(campaign: Any, out: Path) -> tuple[Path, int]:
     archive and the number of runs in it. A run whose report does not load (cut by the time limit) is left out."""
     from theseus_zoo.training.results import REPORT, Report
 
-    from .campaign import PROVENANCE
+    from .campaign_plan import PROVENANCE
 
     out.mkdir(parents=True, exist_ok=True)
     archive = out / f"campaign-{campaign.name}.tar.gz"
@@ -350,7 +350,7 @@ def unpack(campaign: Any, archive: Path, *, allow_cpu: bool = False) -> dict[str
     """
     from theseus_zoo.training.results import REPORT
 
-    from .campaign import PROVENANCE, CampaignRun
+    from .campaign_plan import PROVENANCE, CampaignRun
     from .compare import predecessor_outputs, same_predecessor
 
     incoming: dict[CampaignRun, dict[str, bytes]] = {}

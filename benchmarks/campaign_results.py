@@ -30,7 +30,7 @@ from theseus_zoo.methods import parse_method, report_keys
 from theseus_zoo.training.results import Report
 
 from . import methods as methods_table
-from .campaign import ARCHIVE, CAMPAIGNS, Campaign, CampaignRun
+from .campaign_plan import ARCHIVE, CAMPAIGNS, Campaign, CampaignRun
 from .harness import environment, markdown_table, write_report
 
 RESULTS = Path(__file__).parent / "results"

@@ -35,7 +35,7 @@ from theseus_zoo.recipes import Recipe, get_recipe
 from theseus_zoo.tasks import build_task
 from theseus_zoo.training.data_order import labelled_split
 
-from .campaign import ARCHIVE, CAMPAIGNS, Campaign
+from .campaign_plan import ARCHIVE, CAMPAIGNS, Campaign
 from .harness import command_line, environment, markdown_table, write_report
 from .step_cost import StageStep, Step, stage_steps
 
