@@ -12,11 +12,14 @@ from theseus_zoo.training.run_directory import CHECKPOINT
 from theseus_zoo.training.runners import ensure_run
 
 ARCHIVE = Path(__file__).parents[3] / "benchmarks" / "results"
+WRITTEN = [path for path in sorted(ARCHIVE.rglob(REPORT)) if "campaigns" not in path.relative_to(ARCHIVE).parts]
+"""Reports as `theseus compress` wrote them (a campaign's archive keeps them as compact JSON instead)."""
+COMPACT = sorted((ARCHIVE / "campaigns").rglob(REPORT))
 
 
 @pytest.mark.parametrize(
     "path",
-    sorted(ARCHIVE.rglob(REPORT))[:6] or [pytest.param(None, marks=pytest.mark.skip("no archived reports"))],
+    WRITTEN[:6] or [pytest.param(None, marks=pytest.mark.skip("no archived reports"))],
     ids=lambda path: str(path.parent.name) if path else "none",
 )
 def test_an_archived_report_loads_and_saves_byte_for_byte(path, tmp_path):
@@ -24,6 +27,16 @@ def test_an_archived_report_loads_and_saves_byte_for_byte(path, tmp_path):
     assert report.version == 1  # written before reports had a version field
     report.save(tmp_path / REPORT)
     assert (tmp_path / REPORT).read_bytes() == path.read_bytes()
+
+
+@pytest.mark.parametrize(
+    "path",
+    COMPACT[:4] or [pytest.param(None, marks=pytest.mark.skip("no campaign reports"))],
+    ids=lambda path: "/".join(path.parent.parts[-3:]) if path else "none",
+)
+def test_a_compact_campaign_report_loads_every_value_it_holds(path):
+    data = json.loads(path.read_text())
+    assert Report.load(path).to_dict() == data
 
 
 def test_fields_in_their_order_a_null_retention_and_unknown_fields_kept(tmp_path):
