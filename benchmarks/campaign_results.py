@@ -118,7 +118,7 @@ def summarize_cell(campaign: Campaign, cell: str) -> dict[str, Any] | None:
         return round(entries[method]["dev_by_setting"][entries[method]["setting"]], 6)
 
     best_variant, best_alternative = max(variants, key=best_dev), max(alternatives, key=best_dev)
-    grid = {method: reports for method, reports in final.items()}
+    grid = dict(final)  # and the compute-matched runs, under their labels
 
     def compare(a: str, b: str) -> dict[str, Any]:
         return {**methods_table.compare(grid, report_key(a), a, report_key(b), b), "models": [a, b]}

@@ -147,19 +147,18 @@ def markdown(results: dict[str, Any], title: str, command: str) -> str:
     )
 
 
-def campaign_settings(campaign: Campaign, cell: str) -> tuple[dict[str, dict[str, Any]], str]:
-    """Every method of ``cell`` at its chosen setting, and the best Theseus variant on dev (the reference); raises
-    `SystemExit` while a grid is not finished."""
-    settings = {}
+def campaign_settings(campaign: Campaign, cell: str) -> tuple[dict[str, dict[str, Any]], dict[str, str], str]:
+    """Every method of ``cell`` at its chosen setting: its recipe overrides and the setting's name; and the best
+    Theseus variant on dev (the reference). Raises `SystemExit` while a grid is not finished."""
+    settings, names = {}, {}
     for method in campaign.methods:
         chosen = campaign.chosen(cell, method)
         if chosen is None:
             raise SystemExit(
                 f"{campaign.name} {cell}: {method} has not chosen a setting yet (its grid is not finished)"
             )
-        settings[method] = {**campaign.overrides_of(cell, method, chosen), "setting": chosen}
-    reference = campaign.best_variant(cell)
-    return settings, reference
+        settings[method], names[method] = campaign.overrides_of(cell, method, chosen), chosen
+    return settings, names, campaign.best_variant(cell)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -186,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.cell not in campaign.cells:
             parser.error(f"--cell: {args.campaign} has cells {', '.join(campaign.cells)}")
         recipe = get_recipe(campaign.cells[args.cell]["recipe"])
-        settings, reference = campaign_settings(campaign, args.cell)
+        settings, chosen, reference = campaign_settings(campaign, args.cell)
         out, title = args.out or campaign.archive / args.cell, f"{args.campaign}, {args.cell}"
     else:
         if not args.methods:
@@ -194,9 +193,8 @@ def main(argv: list[str] | None = None) -> int:
         recipe, reference = get_recipe(args.recipe), args.reference or args.methods[0]
         if reference not in args.methods:
             parser.error(f"--reference {reference} is not one of --methods")
-        settings = {method: {} for method in args.methods}
+        settings, chosen = {method: {} for method in args.methods}, dict.fromkeys(args.methods)
         out, title = args.out or Path(__file__).parent / "results", args.recipe
-    chosen = {method: values.pop("setting", None) for method, values in settings.items()}
     results = costs(recipe, settings, reference, args.rounds, args.samples, args.threads)
     for method, setting in chosen.items():
         results["methods"][method]["setting"] = setting
