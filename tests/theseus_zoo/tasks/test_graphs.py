@@ -19,6 +19,8 @@ from theseus_zoo.data import graphs as graph_data
 from theseus_zoo.data.assets import MissingAssetError, asset_path
 from theseus_zoo.tasks import graphs
 
+from .predecessor_sharing import assert_shares_predecessor
+
 # ------------------------------------------------------------------------------------------------ gt reader
 SCALARS = {0: "B", 1: "h", 2: "i", 3: "q", 4: "d"}  # bool, int16, int32, int64, double: struct codes
 
@@ -227,22 +229,7 @@ def test_a_split_per_seed_varies_with_the_seed_and_the_default_does_not():
     ],
 )
 def test_cells_that_differ_only_in_the_compression_share_a_predecessor(change, shared, tmp_path):
-    from theseus_zoo.recipes import get_recipe
-    from theseus_zoo.training import run_directory
-    from theseus_zoo.training.checkpoints import write_checkpoint
-    from theseus_zoo.training.state import RunState, StageRecord
-
-    base = get_recipe("gcn-polblogs")
-    record = StageRecord(weights={}, best_metric=0.5, best_step=1, steps=1, seconds=0.0)
-    write_checkpoint(
-        RunState(done={"predecessor": record}, recipe=base.to_dict()).to_dict(), tmp_path / "checkpoint.pt"
-    )
-    other = base.with_overrides({"options": {**base.options, **change}})
-    if shared:
-        assert run_directory.finished_predecessor(tmp_path, other, graphs.GraphTask.compression_options) == record
-    else:
-        with pytest.raises(run_directory.RunError, match="has another options"):
-            run_directory.finished_predecessor(tmp_path, other, graphs.GraphTask.compression_options)
+    assert_shares_predecessor("gcn-polblogs", change, shared, graphs.GraphTask.compression_options, tmp_path)
 
 
 def test_truncated_holds_the_successors_initialisation():

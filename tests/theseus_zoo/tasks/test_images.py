@@ -15,7 +15,9 @@ import theseus_core as th
 from theseus_zoo import cli
 from theseus_zoo.data import fashion_mnist
 from theseus_zoo.tasks import images
-from theseus_zoo.training import run_directory, session
+from theseus_zoo.training import session
+
+from .predecessor_sharing import assert_shares_predecessor
 
 NUM_TRAIN, NUM_TEST = 64, 20
 TINY = {
@@ -250,20 +252,9 @@ def test_heterogeneous_successors_export_a_model_that_rebuilds_without_theseus(f
     ],
 )
 def test_recipes_that_differ_only_in_the_successor_share_a_predecessor(change, shared, tmp_path):
-    from theseus_zoo.recipes import get_recipe
-    from theseus_zoo.training.checkpoints import write_checkpoint
-    from theseus_zoo.training.state import RunState, StageRecord
-
-    base = get_recipe("resnet-fashion-mnist-converged")
-    record = StageRecord(weights={}, best_metric=0.5, best_step=1, steps=1, seconds=0.0)
-    state = RunState(done={"predecessor": record}, recipe=base.to_dict())
-    write_checkpoint(state.to_dict(), tmp_path / "checkpoint.pt")
-    other = base.with_overrides({"options": {**base.options, **change}})
-    if shared:
-        assert run_directory.finished_predecessor(tmp_path, other, images.ResNetTask.compression_options) == record
-    else:
-        with pytest.raises(run_directory.RunError, match="has another options"):
-            run_directory.finished_predecessor(tmp_path, other, images.ResNetTask.compression_options)
+    assert_shares_predecessor(
+        "resnet-fashion-mnist-converged", change, shared, images.ResNetTask.compression_options, tmp_path
+    )
 
 
 def test_heterogeneous_baselines_train_the_architecture_theseus_exports(fake_cache):
