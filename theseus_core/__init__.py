@@ -27,7 +27,7 @@ if TYPE_CHECKING:
         registered_successor,
     )
     from .schedule import AntiCurriculumSchedule, ConstantSchedule, LinearSchedule
-    from .search import CandidateLibrary, keep_specs, skip_specs, solve, splice_
+    from .search import CandidateLibrary, keep_specs, latency_clock, skip_specs, solve, splice_
     from .site import PredecessorChain, Projected, ReplacementSite, primary_output, split_primary
     from .spec import ModuleSpec, Plan
     from .verify import VerificationError
@@ -45,7 +45,7 @@ _MODULES = {
         "registered_successor",
     ),
     "schedule": ("AntiCurriculumSchedule", "ConstantSchedule", "LinearSchedule"),
-    "search": ("CandidateLibrary", "keep_specs", "skip_specs", "solve", "splice_"),
+    "search": ("CandidateLibrary", "keep_specs", "latency_clock", "skip_specs", "solve", "splice_"),
     "site": ("PredecessorChain", "Projected", "ReplacementSite", "primary_output", "split_primary"),
     "spec": ("ModuleSpec", "Plan"),
     "verify": ("VerificationError",),
@@ -71,6 +71,7 @@ __all__ = [
     "even_group_sizes",
     "group_sizes_for",
     "keep_specs",
+    "latency_clock",
     "list_successors",
     "plan",
     "primary_output",

@@ -11,7 +11,8 @@
    batches: minus the soft loss of its outputs against the predecessor's (KL, or MSE for a regression head:
    `theseus_core.distillation.prediction_loss`); ``keep`` scores 0.
    **Costs** (`CandidateLibrary.costs`): measured, not guessed: each candidate's latency on its group's real input
-   (interleaved rounds, the median), its parameters; the rest of the model (outside the groups) is measured once.
+   (interleaved rounds, the median, read with `latency_clock`), its parameters; the rest of the model (outside the
+   groups) is measured once.
 4. **An exact solver** (`solve`): one candidate per group maximising the summed score under a limit on the summed
    cost, as a mixed-integer program (``scipy.optimize.milp``); `CandidateLibrary.choose` turns a budget (a
    fraction of the predecessor's cost) into that limit and refuses, in one line, a budget outside (0, 1) or one
@@ -50,6 +51,34 @@ Forward = Callable[[nn.Module, Any], torch.Tensor]
 """``forward(model, batch) -> logits``: how the model is run on a batch (a family's ``Task.logits``)."""
 
 KEEP = "keep"
+
+
+def latency_clock(device: torch.device | str) -> Callable[[Callable[[], Any]], float]:
+    """How long one call takes on ``device``, the way latency is read here: ``timed(call)`` -> seconds.
+
+    On a CPU running one intra-op thread (``torch.get_num_threads() == 1``) it is the CPU time the process spent on
+    the call (``time.process_time``), so time the operating system gave to other processes (a shared machine) is
+    not counted; with more threads it is wall-clock, since CPU time would add the threads up. On CUDA it is
+    wall-clock between synchronizations (the call's kernels included)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+
+        def timed(call: Callable[[], Any]) -> float:
+            torch.cuda.synchronize(device)
+            started = time.perf_counter()
+            call()
+            torch.cuda.synchronize(device)
+            return time.perf_counter() - started
+
+        return timed
+    clock = time.process_time if device.type == "cpu" and torch.get_num_threads() == 1 else time.perf_counter
+
+    def timed(call: Callable[[], Any]) -> float:
+        started = clock()
+        call()
+        return clock() - started
+
+    return timed
 
 
 def keep_specs(plan: Sequence[ModuleSpec]) -> list[ModuleSpec]:
@@ -272,21 +301,21 @@ class CandidateLibrary:
         """Each candidate's measured cost on its group's real input from ``batch`` (eval mode, no gradient; rounds
         interleaved across candidates, the first dropped, the median kept), and the cost of the model outside the
         groups: the median over rounds of the reference's latency minus its groups' (``keep``) in the same round
-        (so that a load that comes and goes between rounds cancels), its parameters outside them."""
+        (so that a load that comes and goes between rounds cancels), its parameters outside them. Times are read
+        with `latency_clock` on the device of the reference's parameters."""
         _, calls = self.record(batch, forward)
+        timed = latency_clock(next(self.reference.parameters()).device)
         timings: dict[tuple[str, str], list[float]] = {key: [] for key in self.successors}
         whole: list[float] = []
         with torch.no_grad():
             for round_index in range(rounds + 1):
                 for key in self.successors:
-                    started = time.perf_counter()
-                    self._run(key, calls[key[0]])
+                    seconds = timed(lambda key=key: self._run(key, calls[key[0]]))
                     if round_index:
-                        timings[key].append(time.perf_counter() - started)
-                started = time.perf_counter()
-                forward(self.reference, batch)
+                        timings[key].append(seconds)
+                seconds = timed(lambda: forward(self.reference, batch))
                 if round_index:
-                    whole.append(time.perf_counter() - started)
+                    whole.append(seconds)
         costs = {
             key: Cost(statistics.median(values), sum(p.numel() for p in self.successors[key].parameters()))
             for key, values in timings.items()

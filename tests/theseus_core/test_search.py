@@ -2,6 +2,7 @@
 
 import copy
 import itertools
+import time
 
 import pytest
 import torch
@@ -197,3 +198,49 @@ def test_a_candidate_replace_refuses_is_left_out_of_its_group_and_said_so():
     )
     assert library.names("[2:3]") == [KEEP, "skip"]  # 8 -> 8: the identity fits
     assert library.names("[0:2]") == [KEEP] and ("[0:2]", "skip") in library.refused  # 4 -> 8: it does not
+
+
+@pytest.fixture
+def threads():
+    """Sets torch's intra-op threads for a test and puts them back."""
+    before = torch.get_num_threads()
+    yield torch.set_num_threads
+    torch.set_num_threads(before)
+
+
+def _busy(seconds):
+    ends = time.process_time() + seconds
+    while time.process_time() < ends:
+        pass
+
+
+def test_on_one_cpu_thread_latency_counts_the_process_work_and_not_its_waiting(threads):
+    threads(1)
+    timed = th.latency_clock("cpu")
+    assert timed(lambda: time.sleep(0.2)) < 0.05  # given to other processes: not this call's latency
+    assert 0.04 <= timed(lambda: _busy(0.05)) < 0.5
+
+
+def test_with_several_threads_latency_is_wall_clock(threads):
+    threads(2)
+    assert th.latency_clock("cpu")(lambda: time.sleep(0.1)) >= 0.1
+
+
+def test_costs_leave_out_what_a_candidate_waits(threads):
+    """A candidate that sleeps costs what it computes: the measured latency is the process's work on one thread."""
+
+    class Sleepy(nn.Module):
+        def forward(self, x):
+            time.sleep(0.02)
+            return x
+
+    threads(1)
+    torch.manual_seed(0)
+    model = ToyStack(in_features=8, width=16, num_blocks=2, num_classes=3, dropout=0.0).eval()
+    library = CandidateLibrary(
+        model,
+        {"sleepy": [th.ModuleSpec("blocks[0:2]", successor=lambda group: Sleepy())]},
+        example_inputs=[(torch.randn(4, 8),)],
+    )
+    costs, _ = library.costs(torch.randn(4, 8), forward, rounds=3)
+    assert costs[("blocks[0:2]", "sleepy")].latency < 0.01

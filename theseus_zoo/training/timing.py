@@ -6,11 +6,12 @@ Used by the `theseus compress` report (measured speedup) and by ``benchmarks/``.
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
+
+from theseus_core.search import latency_clock
 
 
 def synchronize(device: torch.device) -> None:
@@ -21,19 +22,18 @@ def synchronize(device: torch.device) -> None:
 def interleaved_seconds(
     runs: dict[str, Callable[[], Any]], *, warmup: int, repeats: int, device: torch.device
 ) -> dict[str, list[float]]:
-    """Wall times of each run, taking turns (a, b, c, a, b, c, ...) so that changes in the load of a
-    shared machine hit every run alike; ratios between them are what to report."""
+    """Times of each run, taking turns (a, b, c, a, b, c, ...) so that changes in the load of a shared machine hit
+    every run alike; ratios between them are what to report. Read with `theseus_core.latency_clock`: on a CPU with
+    one thread, the process's CPU time (what other processes take from it is not counted), else wall-clock."""
     for _ in range(warmup):
         for run in runs.values():
             run()
     synchronize(device)
     times: dict[str, list[float]] = {name: [] for name in runs}
+    timed = latency_clock(device)
     for _ in range(repeats):
         for name, run in runs.items():
-            start = time.perf_counter()
-            run()
-            synchronize(device)
-            times[name].append(time.perf_counter() - start)
+            times[name].append(timed(run))
     return times
 
 
