@@ -364,7 +364,7 @@ def unpack(campaign: Any, archive: Path, *, allow_cpu: bool = False) -> dict[str
                 or len(parts) != 5
                 or ".." in parts
                 or parts[0] not in campaign.cells
-                or parts[1] not in campaign.methods
+                or parts[1] not in campaign.methods_of(parts[0])
                 or parts[4] not in (REPORT, PROVENANCE)
                 or not parts[3].startswith("seed")
                 or not parts[3][4:].isdigit()

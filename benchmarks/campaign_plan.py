@@ -14,6 +14,10 @@ between the edge and its neighbour), run on the grid seeds before anything is ch
 method (`Campaign.settings`). A setting that sets a learning rate is named by it (``lr2e-4``, ``lr2e-4-warmup0.5``,
 `rate_token`), and its extension by the new rate (``lr8e-4-warmup0.5``).
 
+A cell runs every method of the campaign, or the ones its ``methods`` lists (a cell that searches a successor per
+group under a ``budget`` trains the best variant alone, and is compared ``against`` the cells whose uniform
+successors it should beat: cells on the same predecessors, `benchmarks.campaign_results`).
+
 Predecessors: one per (cell, seed), shared by the seed's methods (`Campaign.predecessor_record`); a cell with
 ``predecessor_from: OTHER`` takes OTHER's predecessor of each seed (recipes whose predecessor phase is the same,
 e.g. one network compressed into two kinds of successor).
@@ -107,13 +111,31 @@ class Campaign:
         for cell, definition in data["cells"].items():
             if "recipe" not in definition:
                 raise ValueError(f"campaign {name}: cell {cell} names no recipe")
-            unknown = set(definition.get("compute_matched", [])) - set(data["methods"])
+            methods = definition.get("methods", list(data["methods"]))
+            if not isinstance(methods, list) or not methods or set(methods) - set(data["methods"]):
+                raise ValueError(
+                    f"campaign {name}: cell {cell}'s methods must be a list of the campaign's methods "
+                    f"{sorted(data['methods'])}, got {methods!r}"
+                )
+            unknown = set(definition.get("compute_matched", [])) - set(methods)
             if unknown or any(parse_method(m).base == "theseus" for m in definition.get("compute_matched", [])):
                 raise ValueError(
                     f"campaign {name}: cell {cell} matches the compute of {sorted(definition['compute_matched'])}: "
-                    "methods of the campaign that are not Theseus variants (they are matched to the best variant)"
+                    "methods of the cell that are not Theseus variants (they are matched to the best variant)"
                 )
             source = definition.get("predecessor_from")
+            against = definition.get("against", [])
+            own_source = source or cell
+            if not isinstance(against, list) or any(
+                other not in data["cells"]
+                or other == cell
+                or data["cells"][other].get("predecessor_from", other) != own_source
+                for other in against
+            ):
+                raise ValueError(
+                    f"campaign {name}: cell {cell} is compared against {against!r}: other cells of the campaign on "
+                    "the same predecessors (the same cell's, or predecessor_from's)"
+                )
             if source is not None and (source not in data["cells"] or "predecessor_from" in data["cells"][source]):
                 raise ValueError(
                     f"campaign {name}: cell {cell} takes its predecessors from {source!r}, which is not a cell that "
@@ -160,6 +182,11 @@ class Campaign:
         return campaign
 
     # ------------------------------------------------------------------------------------------- what to run
+    def methods_of(self, cell: str) -> list[str]:
+        """The methods ``cell`` runs: its ``methods``, or the campaign's, in the campaign's order."""
+        own = self.cells[cell].get("methods")
+        return [method for method in self.methods if own is None or method in own]
+
     def settings(self, cell: str, method: str) -> dict[str, dict[str, Any]]:
         """``method``'s settings in ``cell``: the campaign's, then each edge extension its finished grid asked for
         (module doc), in order."""
@@ -178,7 +205,7 @@ class Campaign:
             CampaignRun(cell, method, setting, seed)
             for cell in self.cells
             for seed in self.grid_seeds
-            for method in self.methods
+            for method in self.methods_of(cell)
             for setting in self.settings(cell, method)
         ]
 
@@ -223,11 +250,11 @@ class Campaign:
         runs = []
         for cell in self.cells:
             runs += [run for run in self.grid() if run.cell == cell]
-            for method in self.methods:
+            for method in self.methods_of(cell):
                 setting = self.chosen(cell, method)
                 if setting is not None:
                     runs += [CampaignRun(cell, method, setting, seed) for seed in self.final_seeds]
-            for method in self.methods:
+            for method in self.methods_of(cell):
                 if (matched := self.matched_setting(cell, method)) is not None:
                     runs += [CampaignRun(cell, method, matched[0], seed) for seed in self.final_seeds]
         return list(dict.fromkeys(runs))
@@ -243,7 +270,7 @@ class Campaign:
         """The Theseus variant of ``cell`` with the best mean dev metric at its chosen setting (ties: the first in
         the campaign's order), once every variant has chosen; ``None`` before."""
         best, best_dev = None, None
-        for method in self.methods:
+        for method in self.methods_of(cell):
             if parse_method(method).base != "theseus":
                 continue
             chosen = self.chosen(cell, method)
@@ -299,12 +326,17 @@ class Campaign:
         """Whether ``cell`` matches methods' compute and its choices are made, but their run costs are not measured
         (`benchmarks.run_cost --campaign NAME --cell CELL`)."""
         matched = self.cells[cell].get("compute_matched", [])
-        ready = all(self.chosen(cell, method) is not None for method in self.methods)
+        ready = all(self.chosen(cell, method) is not None for method in self.methods_of(cell))
         return bool(matched) and ready and self.run_cost(cell) is None
 
     def waiting(self) -> list[tuple[str, str]]:
         """The (cell, method) pairs whose final runs wait on their grid."""
-        return [(cell, method) for cell in self.cells for method in self.methods if self.chosen(cell, method) is None]
+        return [
+            (cell, method)
+            for cell in self.cells
+            for method in self.methods_of(cell)
+            if self.chosen(cell, method) is None
+        ]
 
     def done(self, run: CampaignRun) -> bool:
         return (self.archive / run.path / REPORT).exists()

@@ -15,6 +15,13 @@ bootstrap over seeds and test examples (`benchmarks.methods.compare`), and the v
 whose grid is not finished is left out; a cell is ``complete`` when every method has every final seed. Where the cell
 matches compute (`Campaign.matched_setting`), the best variant against each method given the steps that make its
 training cost the variant's (``compute_matched``, as `benchmarks.methods` lays it out).
+
+A cell compared ``against`` other cells (a successor per group searched under a budget, against the uniform
+successors of the cells on the same predecessors) is summarized across them instead (`summarize_against`): every
+method of the cell and of the cells it is compared against, each at its own chosen setting, with its test metric, the
+measured latency of its exported model as a fraction of the predecessor's (each run's own interleaved measurement,
+`Report.speedup`) and its parameters likewise; the cell's best variant minus each of them, paired per seed; and, per
+seed, the architecture the search chose.
 """
 
 from __future__ import annotations
@@ -74,7 +81,7 @@ def summarize_cell(campaign: Campaign, cell: str) -> dict[str, Any] | None:
     final: dict[str, dict[int, Report]] = {}  # method -> seed -> report at its chosen setting
     entries: dict[str, Any] = {}
     pooled_dev, pooled_test = [], []
-    for method in campaign.methods:
+    for method in campaign.methods_of(cell):
         chosen = campaign.chosen(cell, method)
         if chosen is None:
             continue
@@ -161,7 +168,7 @@ def summarize_cell(campaign: Campaign, cell: str) -> dict[str, Any] | None:
         "overrides": campaign.cells[cell].get("overrides", {}),
         "grid_seeds": campaign.grid_seeds,
         "final_seeds": campaign.final_seeds,
-        "complete": len(entries) == len(campaign.methods)
+        "complete": len(entries) == len(campaign.methods_of(cell))
         and all(len(reports) == len(campaign.final_seeds) for reports in final.values()),
         "seeds": sorted(set.intersection(*(set(reports) for reports in final.values()))),
         "metric": first.metric,
@@ -177,11 +184,212 @@ def summarize_cell(campaign: Campaign, cell: str) -> dict[str, Any] | None:
     }
 
 
+def summarize_against(campaign: Campaign, cell: str) -> dict[str, Any] | None:
+    """The cell against the cells its ``against`` names (module doc), or ``None`` while none of its variants has a
+    finished final seed."""
+    rows: dict[str, dict[str, Any]] = {}
+    grid: dict[str, dict[int, Report]] = {}
+    predecessor: dict[int, float] = {}
+    for source in [cell, *campaign.cells[cell]["against"]]:
+        for method in campaign.methods_of(source):
+            chosen = campaign.chosen(source, method)
+            if chosen is None:
+                continue
+            key = report_key(method)
+            reports = {
+                seed: report
+                for seed in campaign.final_seeds
+                if (report := campaign.report(CampaignRun(source, method, chosen, seed))) is not None
+            }
+            if not reports:
+                continue
+            label = f"{source}: {method}"
+            grid[label] = reports
+            latency = {seed: 1 / report.speedup for seed, report in reports.items() if report.speedup}
+            for seed, report in reports.items():
+                predecessor.setdefault(seed, report.test("predecessor"))
+            rows[label] = {
+                "cell": source,
+                "method": method,
+                "setting": chosen,
+                "at_edge": campaign.at_edge(source, method, chosen),
+                "test_per_seed": {seed: report.test(key) for seed, report in reports.items()},
+                "test_mean": statistics.mean(report.test(key) for report in reports.values()),
+                "latency_ratio_per_seed": latency,
+                "latency_ratio": statistics.median(latency.values()) if latency else None,
+                "params_ratio": statistics.mean(
+                    report.models[key].parameters / report.models["predecessor"].parameters
+                    for report in reports.values()
+                ),
+                "chosen_per_seed": {
+                    seed: report.search["chosen"] for seed, report in reports.items() if report.search is not None
+                },
+            }
+    variants = [label for label, row in rows.items() if row["cell"] == cell and is_theseus(row["method"])]
+    if not variants:
+        return None
+    best = max(
+        variants, key=lambda label: round(campaign.dev_means(cell, rows[label]["method"])[rows[label]["setting"]], 6)
+    )
+    key = report_key(rows[best]["method"])
+    comparisons = {
+        f"{best} − {label}": {
+            **methods_table.compare(grid, key, best, report_key(row["method"]), label),
+            "models": [best, label],
+        }
+        for label, row in rows.items()
+        if label != best
+    }
+    first = next(iter(grid[best].values()))
+    complete = all(
+        campaign.chosen(source, method) is not None
+        and all(
+            campaign.done(CampaignRun(source, method, campaign.chosen(source, method), seed))
+            for seed in campaign.final_seeds
+        )
+        for source in [cell, *campaign.cells[cell]["against"]]
+        for method in campaign.methods_of(source)
+    )
+    return {
+        "campaign": campaign.name,
+        "cell": cell,
+        "recipe": campaign.cells[cell]["recipe"],
+        "overrides": campaign.cells[cell].get("overrides", {}),
+        "against": campaign.cells[cell]["against"],
+        "grid_seeds": campaign.grid_seeds,
+        "final_seeds": campaign.final_seeds,
+        "complete": complete,
+        "metric": first.metric,
+        "budget": first.search["budget"] if first.search is not None else None,
+        "predecessor_test_mean": statistics.mean(predecessor.values()),
+        "best": best,
+        "models": rows,
+        "comparisons": comparisons,
+    }
+
+
+def against_table(summary: dict[str, Any]) -> str:
+    """The short table of a cell compared against others: each model at its dev choice, its test metric, measured
+    latency and parameters (fractions of the predecessor's), and the cell's best variant minus it."""
+    rows = []
+    for label, row in summary["models"].items():
+        comparison = summary["comparisons"].get(f"{summary['best']} − {label}")
+        difference = ""
+        if comparison is not None:
+            pair = comparison.get("seed_interval")
+            spread = f" [{pair[0]:+.2f}, {pair[1]:+.2f}]" if pair else ""
+            difference = f"{comparison['mean']:+.2f}{spread}, {methods_table.verdict(comparison)}".replace("-", "−")
+        rows.append(
+            [
+                f"`{row['method']}` ({row['cell']})",
+                setting_label(row["setting"]) + (" (grid edge)" if row["at_edge"] else ""),
+                f"{row['test_mean']:.3f} ({len(row['test_per_seed'])})",
+                "n/a" if row["latency_ratio"] is None else f"{row['latency_ratio']:.3f}",
+                f"{row['params_ratio']:.3f}",
+                difference,
+            ]
+        )
+    return markdown_table(
+        [
+            "model (cell)",
+            f"chosen on dev ({len(summary['grid_seeds'])} seeds)",
+            f"test {summary['metric']} (seeds)",
+            "measured latency / predecessor's (median)",
+            "params / predecessor's",
+            f"`{summary['models'][summary['best']]['method']}` ({summary['cell']}) minus it, points (t over seeds)",
+        ],
+        rows,
+    )
+
+
+def markdown_against(summary: dict[str, Any], command: str) -> str:
+    def interval(pair: list[float] | None) -> str:
+        return f"[{pair[0]:+.2f}, {pair[1]:+.2f}]" if pair else "—"
+
+    comparison_rows = [
+        [
+            " − ".join(f"`{model}`" for model in comparison["models"]),
+            ", ".join(f"{value:+.2f}" for value in comparison["per_seed"]),
+            f"{comparison['mean']:+.2f}",
+            interval(comparison.get("seed_interval")),
+            interval(comparison.get("test_set_interval")),
+            str(len(comparison["seeds"])),
+            methods_table.verdict(comparison),
+        ]
+        for comparison in summary["comparisons"].values()
+    ]
+    choices = [
+        f"- {label}, seed {seed}: " + ", ".join(f"{path} {name}" for path, name in chosen.items())
+        for label, row in summary["models"].items()
+        for seed, chosen in row["chosen_per_seed"].items()
+    ]
+    return "\n".join(
+        [
+            f"# Campaign `{summary['campaign']}`, {summary['cell']}: against {', '.join(summary['against'])}\n",
+            f"Recipe `{summary['recipe']}` with {summary['overrides'] or 'no overrides'}; "
+            f"{'complete' if summary['complete'] else 'not complete: the campaign goes on'}. Every model at its own "
+            f"setting chosen on dev (mean over the grid seeds {summary['grid_seeds']}), its mean test "
+            f"{summary['metric']} over the finished final seeds of {summary['final_seeds']}, and its exported model's "
+            "measured latency (the median over seeds of each run's own interleaved measurement against its "
+            "predecessor) and parameters, as fractions of the predecessor's. One predecessor per seed for every cell "
+            f"(mean test {summary['metric']} {summary['predecessor_test_mean']:.3f}).\n",
+            against_table(summary),
+            "\nPaired per seed, in points:\n",
+            markdown_table([*methods_table.INTERVAL_COLUMNS, "seeds", "verdict"], comparison_rows),
+            *(["\nThe architecture the search chose, per seed (group: candidate):\n", *choices] if choices else []),
+            f"\nCommand: `{command}`.\n",
+        ]
+    )
+
+
+def plot_against(summary: dict[str, Any], path: Path) -> None:
+    """Test metric against measured latency (fractions of the predecessor's): each model's seeds and mean."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(6.4, 4))
+    for label, row in summary["models"].items():
+        seeds = [seed for seed in row["test_per_seed"] if seed in row["latency_ratio_per_seed"]]
+        if not seeds:
+            continue
+        marker = "*" if row["cell"] == summary["cell"] else "o"
+        points = axis.scatter(
+            [row["latency_ratio_per_seed"][seed] for seed in seeds],
+            [row["test_per_seed"][seed] for seed in seeds],
+            marker=marker,
+            alpha=0.35,
+            s=20,
+        )
+        axis.scatter(
+            [row["latency_ratio"]],
+            [row["test_mean"]],
+            marker=marker,
+            s=120,
+            color=points.get_facecolor()[0],
+            label=label,
+        )
+    axis.axhline(summary["predecessor_test_mean"], color="gray", linestyle=":", label="predecessor (mean)")
+    axis.set_xlabel("measured latency / the predecessor's")
+    axis.set_ylabel(f"test {summary['metric']}")
+    axis.legend(fontsize=6)
+    axis.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
 def setting_label(setting: str) -> str:
     """A campaign setting as the pages say it: ``lr5e-3-alpha0.2-t4.0`` is "lr 5e-3, α 0.2, T 4.0"."""
     words = {"lr": "lr", "warmup": "warm-up", "alpha": "α", "t": "T"}
     parts = re.findall(r"([a-z]+)([0-9.]+(?:e-?[0-9]+)?)", setting)
     return ", ".join(f"{words.get(name, name)} {value}" for name, value in parts) or setting
+
+
+def short_table(summary: dict[str, Any]) -> str:
+    """The short table of a results page, for either kind of cell summary."""
+    return against_table(summary) if "against" in summary else summary_table(summary)
 
 
 def correlation_text(value: float | None) -> str:
@@ -308,7 +516,8 @@ def results_name(campaign: str, cell: str) -> str:
 def full_markdown(data: dict[str, Any]) -> str:
     """The ``.md`` of a written summary, from its JSON alone."""
     name = results_name(data["campaign"], data["cell"])
-    return markdown(data, data["command"]) + f"\n![{name}]({name}.png)\n"
+    text = markdown_against(data, data["command"]) if "against" in data else markdown(data, data["command"])
+    return text + f"\n![{name}]({name}.png)\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -326,14 +535,15 @@ def main(argv: list[str] | None = None) -> int:
     command = f"python -m benchmarks.campaign_results {args.name}"
     written = 0
     for cell in campaign.cells:
-        summary = summarize_cell(campaign, cell)
+        against = "against" in campaign.cells[cell]
+        summary = summarize_against(campaign, cell) if against else summarize_cell(campaign, cell)
         if summary is None:
             print(f"{cell}: no Theseus variant and alternative have chosen a setting yet", file=sys.stderr)
             continue
         data = {"command": command, "environment": environment(), **summary}
         name = results_name(campaign.name, cell)
         write_report(data, args.out, name, full_markdown(data))
-        methods_table.plot(summary, args.out / f"{name}.png")
+        (plot_against if against else methods_table.plot)(summary, args.out / f"{name}.png")
         print(full_markdown(data))
         written += 1
     return 0 if written else 1

@@ -151,7 +151,7 @@ def campaign_settings(campaign: Campaign, cell: str) -> tuple[dict[str, dict[str
     """Every method of ``cell`` at its chosen setting: its recipe overrides and the setting's name; and the best
     Theseus variant on dev (the reference). Raises `SystemExit` while a grid is not finished."""
     settings, names = {}, {}
-    for method in campaign.methods:
+    for method in campaign.methods_of(cell):
         chosen = campaign.chosen(cell, method)
         if chosen is None:
             raise SystemExit(

@@ -410,7 +410,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "deploy-accuracy": page_tables.deploy_accuracy_table,
     "performance": page_tables.performance_table,
     **{  # every campaign cell's short table (benchmarks.campaign_results)
-        path.stem: (lambda path=path: campaign_results.summary_table(_json(path)))
+        path.stem: (lambda path=path: campaign_results.short_table(_json(path)))
         for path in sorted(RESULTS.glob("campaign-*.json"))
     },
     "fsdp-memory": lambda: fsdp_measure.markdown_rows(load("fsdp-memory.json")),

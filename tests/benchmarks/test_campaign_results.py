@@ -157,3 +157,80 @@ def test_spearman_is_one_for_a_monotone_transform_and_minus_one_reversed(values)
     assert campaign_results.spearman(values, [np.tanh(v / 1e3) * 7 + v for v in values]) == pytest.approx(1.0)
     assert campaign_results.spearman(values, [-v for v in values]) == pytest.approx(-1.0)
     assert campaign_results.spearman(values[:2], values[:2]) is None
+
+
+def test_a_searched_cell_is_compared_against_the_uniform_cells_on_its_predecessors(tmp_path):
+    settings = {s: {"replacing": {"lr": float(s[2:])}} for s in METHODS["kd"]}
+    definition = {
+        "cells": {
+            "uniform": {"recipe": "toy"},
+            "searched": {
+                "recipe": "toy",
+                "overrides": {"budget": {"latency": 0.5}},
+                "predecessor_from": "uniform",
+                "methods": ["theseus+warmup+kd"],
+                "against": ["uniform"],
+            },
+        },
+        "methods": {method: settings for method in METHODS},
+        "grid_seeds": [0, 1],
+        "final_seeds": [0, 1, 2],
+    }
+    (tmp_path / "search.json").write_text(json.dumps(definition))
+    campaign = Campaign.load(tmp_path / "search.json", archive=tmp_path / "archive")
+    assert {run.method for run in campaign.grid() if run.cell == "searched"} == {"theseus+warmup+kd"}
+    while missing := [run for run in campaign.runs() if not campaign.done(run)]:
+        for run in missing:
+            report = made_up_report(run.method, run.setting, run.seed)
+            report["speedup"] = 4.0 if run.cell == "searched" else 2.0
+            for name, model in report["models"].items():
+                model["parameters"] = 100 if name == "predecessor" else 30 if run.cell == "searched" else 50
+            if run.cell == "searched":  # two more right than the uniform variant, an architecture per seed
+                key = campaign_results.report_key(run.method)
+                report["models"][key]["test"]["accuracy"] += 0.1
+                report["search"] = {"budget": {"latency": 0.5}, "chosen": {"blocks[0:2]": f"seed{run.seed}"}}
+            directory = campaign.archive / run.path
+            directory.mkdir(parents=True)
+            (directory / "report.json").write_text(json.dumps(report))
+    summary = campaign_results.summarize_against(campaign, "searched")
+    assert summary["complete"] and summary["best"] == "searched: theseus+warmup+kd"
+    assert set(summary["models"]) == {"searched: theseus+warmup+kd", *(f"uniform: {method}" for method in METHODS)}
+    searched = summary["models"]["searched: theseus+warmup+kd"]
+    assert searched["latency_ratio"] == 0.25 and summary["models"]["uniform: kd"]["latency_ratio"] == 0.5
+    assert searched["chosen_per_seed"] == {seed: {"blocks[0:2]": f"seed{seed}"} for seed in (0, 1, 2)}
+    # 16 + 2 against KD's 15 right of 20 on every seed: +15 points; against the uniform variant +10
+    assert summary["comparisons"]["searched: theseus+warmup+kd − uniform: kd"]["per_seed"] == pytest.approx([15.0] * 3)
+    assert summary["comparisons"]["searched: theseus+warmup+kd − uniform: theseus+warmup+kd"]["mean"] == pytest.approx(
+        10
+    )
+    arguments = ["search", "--campaigns", str(tmp_path), "--archive", str(tmp_path / "archive")]
+    assert campaign_results.main([*arguments, "--out", str(tmp_path / "out")]) == 0
+    written = json.loads((tmp_path / "out" / "campaign-search-searched.json").read_text())
+    assert campaign_results.full_markdown(written) == (tmp_path / "out" / "campaign-search-searched.md").read_text()
+    assert (tmp_path / "out" / "campaign-search-searched.png").stat().st_size > 0
+    assert searched["params_ratio"] == pytest.approx(0.3)
+    assert "| `kd` (uniform) | lr 2e-3 | 0.767 (3) | 0.500 | 0.500 |" in campaign_results.short_table(written)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"methods": ["distil"]}, "cell searched's methods must be a list of the campaign's methods"),
+        ({"methods": []}, "cell searched's methods must be a list"),
+        ({"predecessor_from": None}, r"compared against \['uniform'\]: other cells of the campaign on the same"),
+        ({"against": ["searched"]}, "compared against"),
+        ({"compute_matched": ["truncated"]}, "methods of the cell that are not Theseus variants"),
+    ],
+)
+def test_a_cells_methods_and_comparisons_are_checked_when_the_campaign_loads(tmp_path, change, message):
+    searched = {"recipe": "toy", "predecessor_from": "uniform", "methods": ["theseus"], "against": ["uniform"]}
+    searched = {key: value for key, value in {**searched, **change}.items() if value is not None}
+    definition = {
+        "cells": {"uniform": {"recipe": "toy"}, "searched": searched},
+        "methods": {"theseus": {"default": {}}, "truncated": {"default": {}}},
+        "grid_seeds": [0],
+        "final_seeds": [0],
+    }
+    (tmp_path / "bad.json").write_text(json.dumps(definition))
+    with pytest.raises(ValueError, match=message):
+        Campaign.load(tmp_path / "bad.json")
