@@ -205,23 +205,11 @@ SETTINGS = (
         "gnn",
         "campaign-gcn-polblogs-polblogs.json",
     ),
-    Setting(
-        "GCN PolBlogs, few labels: distillation on the 1,099 unlabelled nodes too (one fixed split, runs before each "
-        "method drew its own randomness; its campaign cell is running)",
+    campaign_setting(
+        "GCN PolBlogs, few labels: distillation on the 1,099 unlabelled nodes too, a random split per seed, every "
+        "method at its dev choice from a closed grid (campaign)",
         "gnn",
-        (
-            Comparison("truncated", "methods", "methods-gcn-polblogs-few-labels.json", "baseline:truncated"),
-            Comparison("kd", "methods", "methods-gcn-polblogs-few-labels.json", "baseline:kd"),
-            Comparison(
-                "truncated, compute-matched (570 steps)",
-                "matched",
-                "methods-gcn-polblogs-few-labels.json",
-                "truncated, 570 steps",
-            ),
-            Comparison(
-                "kd, compute-matched (303 steps)", "matched", "methods-gcn-polblogs-few-labels.json", "kd, 303 steps"
-            ),
-        ),
+        "campaign-gcn-polblogs-polblogs-distill-all.json",
     ),
     Setting(
         "SmolLM2-135M 30 → 15 layers",
