@@ -253,7 +253,9 @@ def build_from_config(config: dict[str, Any]) -> nn.Module:
     """The model `export_config` described, freshly initialised: load its state_dict next.
 
     Builds ``torchvision.models.resnet.ResNet`` with the config's arguments, then puts a light block from
-    `build_block` wherever a stage's entry is not ``None``.
+    `build_block` wherever a stage's entry is not ``None``; a stage of no blocks (every group of it skipped by a
+    budget search, where it keeps its shape) is an empty ``nn.Sequential``, the identity, which the ResNet
+    constructor cannot build.
     """
     from torchvision.models import resnet
 
@@ -261,12 +263,15 @@ def build_from_config(config: dict[str, Any]) -> nn.Module:
         raise ValueError(f"not a {CONFIG_FORMAT} config (format {config.get('format')!r})")
     model = resnet.ResNet(
         getattr(resnet, config["block"]),
-        list(config["layers"]),
+        [max(1, blocks) for blocks in config["layers"]],
         num_classes=config["num_classes"],
         groups=config["groups"],
         width_per_group=config["width_per_group"],
     )
     for index, entries in enumerate(config["stages"], start=1):
+        if not entries:
+            setattr(model, f"layer{index}", nn.Sequential())
+            continue
         stage = getattr(model, f"layer{index}")
         for position, entry in enumerate(entries):
             if entry is not None:
