@@ -49,7 +49,7 @@ from .page_tables import RESULTS, load, signed
 
 ROOT = Path(__file__).resolve().parent.parent
 AT_A_GLANCE = RESULTS / "at-a-glance.json"
-BLOCK = re.compile(r"(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.DOTALL)
+BLOCK = re.compile(r"(<!-- table: (?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.DOTALL)
 DECLARED = re.compile(r"<!-- not generated: (?P<why>.*?) -->\n.*?<!-- /not generated -->", re.DOTALL)
 
 
@@ -486,6 +486,15 @@ def undeclared_tables(text: str) -> list[int]:
     ]
 
 
+def unread_markers(text: str) -> list[int]:
+    """The lines (1-based) of table markers that `BLOCK` does not read: a misspelt name or a missing end, which would
+    otherwise leave a page's table silently ungenerated."""
+    read = {text.count("\n", 0, match.start()) + 1 for match in BLOCK.finditer(text)}
+    return [
+        index + 1 for index, line in enumerate(text.splitlines()) if "<!-- table:" in line and index + 1 not in read
+    ]
+
+
 def differences() -> list[str]:
     """What ``--check`` reports: every page table, ``at-a-glance.json`` and rendered results table that differs."""
     found = []
@@ -498,6 +507,11 @@ def differences() -> list[str]:
                 found.append(f"{name}: table {table!r} differs from its JSON (python -m benchmarks.tables)")
         for line in undeclared_tables(text):
             found.append(f"{name}:{line}: a table neither generated nor declared 'not generated'")
+        for line in unread_markers(text):
+            found.append(
+                f"{name}:{line}: a '<!-- table: NAME -->' marker that is not read (a name of letters, digits, "
+                "'_', '.', '-', then its '<!-- /table -->')"
+            )
     rows = json.dumps(at_a_glance(), indent=2) + "\n"
     if not AT_A_GLANCE.exists() or AT_A_GLANCE.read_text() != rows:
         found.append(f"{AT_A_GLANCE.relative_to(ROOT)} differs from its sources (python -m benchmarks.tables)")

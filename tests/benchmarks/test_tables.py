@@ -35,6 +35,14 @@ def test_the_check_names_a_table_edited_by_hand_and_a_table_declared_nowhere():
         tables.render("<!-- table: nothing-like-it -->\n\n<!-- /table -->\n")
 
 
+def test_a_marker_the_pages_do_not_read_is_named():
+    read = "<!-- table: a-1.5_b -->\n| x |\n<!-- /table -->\n"
+    assert tables.unread_markers(read) == []
+    assert tables.unread_markers("text\n<!-- table: a b -->\n\n<!-- /table -->\n") == [2]  # a space in the name
+    assert tables.unread_markers(read + "<!-- table: open -->\n| y |\n") == [4]  # no end
+    assert all(tables.unread_markers(page.read_text()) == [] for page in tables.pages())
+
+
 def test_at_a_glance_has_a_row_per_setting_and_every_verdict_from_its_test():
     rows = json.loads(tables.AT_A_GLANCE.read_text())
     assert {row["setting"] for row in rows} == {setting.setting for setting in tables.SETTINGS}
