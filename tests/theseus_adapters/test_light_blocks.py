@@ -8,14 +8,21 @@ import textwrap
 import pytest
 import timm
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from timm.models import resnet as timm_resnet
+from torch import nn
 from torchvision.models import resnet as tv_resnet
 
 import theseus_core as th
 from tests.theseus_adapters.test_hf import WITHOUT_THESEUS, run_without_theseus
+from tests.theseus_adapters.test_resnet import randomize_batch_norms_
 from theseus_adapters import resnet
 from theseus_adapters.resnet import successor_blocks as light_blocks
 
 KINDS = tuple(light_blocks.BLOCKS)
+NARROW = light_blocks.NarrowBasic.kind  # a narrower BasicBlock: it refuses groups of Bottlenecks
+CASES = [(kind, bottleneck) for kind in KINDS for bottleneck in (False, True) if not (bottleneck and kind == NARROW)]
 
 REBUILD = WITHOUT_THESEUS + textwrap.dedent(
     """
@@ -61,25 +68,23 @@ def rebuilt(tmp_path_factory):
     rebuilt from the saved config and state_dict."""
     folder = tmp_path_factory.mktemp("light")
     results, folders = {}, []
-    for kind in KINDS:
-        for bottleneck in (False, True):
-            compact = compress(tiny_torchvision(bottleneck), kind, (1, 1, 1, 1) if bottleneck else (1, 2, 1, 1))
-            case = folder / f"{kind}-{bottleneck}"
-            case.mkdir()
-            (case / "config.json").write_text(json.dumps(light_blocks.export_config(compact)))
-            torch.save(compact.state_dict(), case / "model.pt")
-            torch.save(images(), case / "images.pt")
-            with torch.no_grad():
-                results[kind, bottleneck] = {"model": compact, "logits": compact(images())}
-            folders.append(str(case))
+    for kind, bottleneck in CASES:
+        compact = compress(tiny_torchvision(bottleneck), kind, (1, 1, 1, 1) if bottleneck else (1, 2, 1, 1))
+        case = folder / f"{kind}-{bottleneck}"
+        case.mkdir()
+        (case / "config.json").write_text(json.dumps(light_blocks.export_config(compact)))
+        torch.save(compact.state_dict(), case / "model.pt")
+        torch.save(images(), case / "images.pt")
+        with torch.no_grad():
+            results[kind, bottleneck] = {"model": compact, "logits": compact(images())}
+        folders.append(str(case))
     run_without_theseus(REBUILD, light_blocks.__file__, *folders)
     for entry, case in zip(results.values(), folders, strict=True):
         entry["rebuilt"] = torch.load(f"{case}/logits.pt")
     return results
 
 
-@pytest.mark.parametrize("bottleneck", [False, True])
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(("kind", "bottleneck"), CASES)
 def test_finalized_model_is_rebuilt_from_its_config_without_theseus(rebuilt, kind, bottleneck):
     entry = rebuilt[kind, bottleneck]
     torch.testing.assert_close(entry["rebuilt"], entry["logits"], rtol=0, atol=0)
@@ -89,16 +94,17 @@ def test_finalized_model_is_rebuilt_from_its_config_without_theseus(rebuilt, kin
     assert not any(isinstance(module, (th.ReplacementSite, th.Projected)) for module in compact.modules())
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_light_successors_take_the_groups_stride_and_widths(kind):
-    model = tiny_torchvision(bottleneck=True)  # layer1 widens 64 -> 256 at stride 1; layer2 downsamples
+@pytest.mark.parametrize(("kind", "bottleneck"), CASES)
+def test_light_successors_take_the_groups_stride_and_widths(kind, bottleneck):
+    model = tiny_torchvision(bottleneck)  # Bottleneck: layer1 widens 64 -> 256 at stride 1; layer2 downsamples
     theseus = th.replace_(model, resnet.plan(model, (1, 1, 1, 1), successor=kind), example_inputs=(images(),))
     blocks = {site.path: site.successor.inner for site in theseus.sites}
+    widths = (64, 256, 512, 1024, 2048) if bottleneck else (64, 64, 128, 256, 512)
     assert [(b.in_channels, b.out_channels, b.stride) for b in blocks.values()] == [
-        (64, 256, 1),
-        (256, 512, 2),
-        (512, 1024, 2),
-        (1024, 2048, 2),
+        (widths[0], widths[1], 1),
+        (widths[1], widths[2], 2),
+        (widths[2], widths[3], 2),
+        (widths[3], widths[4], 2),
     ]
     predecessor = sum(p.numel() for site in theseus.sites for p in site.predecessor.parameters())
     assert sum(p.numel() for p in theseus.successor_parameters()) < predecessor
@@ -131,7 +137,7 @@ def test_timm_resnets_take_light_successors_too():
     ("options", "error", "message"),
     [
         ({"successor": "mobilenet_v2", "width": 0.5}, ValueError, "leave width at 1"),
-        ({"successor": "mobilenet"}, LookupError, r"no successor 'mobilenet' .*'mobilenet_v2', 'shufflenet_v2'"),
+        ({"successor": "mobilenet"}, LookupError, r"no successor 'mobilenet' .*'mobilenet_v2', .*'shufflenet_v2'"),
     ],
 )
 def test_named_successors_are_checked(options, error, message):
@@ -151,3 +157,82 @@ def test_a_users_own_alternative_is_picked_by_name():
     plan = resnet.plan(model, (1, 1, 1, 1), successor="plain_conv")
     theseus = th.replace_(model, plan, registry=private, example_inputs=(images(),))
     assert all(isinstance(site.successor.inner, torch.nn.Sequential) for site in theseus.sites)
+
+
+# ------------------------------------------------------------------ the narrow BasicBlock, started from a BasicBlock
+def basic_block(library: str, in_channels: int, out_channels: int, stride: int, seed: int) -> nn.Module:
+    """A torchvision or timm BasicBlock with a projection shortcut where the shape changes, every weight and
+    batch-norm statistic random, in eval mode."""
+    torch.manual_seed(seed)
+    downsample = None
+    if stride != 1 or in_channels != out_channels:
+        downsample = nn.Sequential(
+            nn.Conv2d(in_channels, out_channels, 1, stride, bias=False), nn.BatchNorm2d(out_channels)
+        )
+    block_type = tv_resnet.BasicBlock if library == "torchvision" else timm_resnet.BasicBlock
+    return randomize_batch_norms_(block_type(in_channels, out_channels, stride, downsample), seed).eval()
+
+
+def narrow_successor(block: nn.Module, stride: int, hidden_channels: int | None) -> light_blocks.NarrowBasic:
+    widths = {"in_channels": block.conv1.in_channels, "out_channels": block.conv2.out_channels, "stride": stride}
+    return resnet.LIGHT_SUCCESSORS[NARROW]([block], **widths, hidden_channels=hidden_channels).eval()
+
+
+block_shapes = st.tuples(
+    st.sampled_from(["torchvision", "timm"]),
+    st.integers(1, 12),  # in_channels
+    st.integers(1, 12),  # out_channels
+    st.sampled_from([1, 2]),  # stride
+    st.integers(0, 2**16),  # seed
+)
+
+
+@settings(max_examples=30, deadline=None)
+@given(block_shapes)
+def test_a_narrow_block_as_wide_inside_as_the_basicblock_it_starts_from_computes_exactly_what_it_does(shape):
+    library, in_channels, out_channels, stride, seed = shape
+    block = basic_block(library, in_channels, out_channels, stride, seed)
+    narrow = narrow_successor(block, stride, hidden_channels=out_channels)
+    x = torch.randn(2, in_channels, 9, 9, generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        torch.testing.assert_close(narrow(x), block(x), rtol=0, atol=0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(block_shapes.filter(lambda shape: shape[2] >= 2), st.data())
+def test_a_narrow_block_keeps_the_basicblocks_strongest_inner_channels(shape, data):
+    """It computes what the BasicBlock does with its other inner channels cut (their weights in ``conv2``
+    zeroed), and every ``conv1`` filter it keeps has an L1 norm at least that of every filter it drops."""
+    library, in_channels, out_channels, stride, seed = shape
+    hidden = data.draw(st.integers(1, out_channels - 1), label="hidden_channels")
+    block = basic_block(library, in_channels, out_channels, stride, seed)
+    narrow = narrow_successor(block, stride, hidden)
+    norms = block.conv1.weight.abs().flatten(1).sum(dim=1)
+    kept = [i for i in range(out_channels) if any(torch.equal(block.conv1.weight[i], w) for w in narrow.conv1.weight)]
+    assert len(kept) == hidden == narrow.config()["hidden_channels"]
+    assert torch.equal(narrow.conv1.weight, block.conv1.weight[kept])  # in the BasicBlock's order
+    dropped = [i for i in range(out_channels) if i not in kept]
+    assert norms[kept].min() >= norms[dropped].max()
+    x = torch.randn(2, in_channels, 9, 9, generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        block.conv2.weight[:, dropped] = 0
+        torch.testing.assert_close(narrow(x), block(x))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 64), st.integers(2, 64), st.sampled_from([1, 2]))
+def test_a_narrow_block_at_its_default_width_has_fewer_parameters_than_a_basicblock(in_channels, out_channels, stride):
+    block = basic_block("torchvision", in_channels, out_channels, stride, seed=0)
+    narrow = light_blocks.NarrowBasic(in_channels, out_channels, stride)
+    assert narrow.hidden_channels == out_channels // 2
+    assert sum(p.numel() for p in narrow.parameters()) < sum(p.numel() for p in block.parameters())
+
+
+def test_a_narrow_block_wider_inside_than_the_group_is_fresh_and_a_bottleneck_group_is_refused():
+    block = basic_block("torchvision", 8, 8, 1, seed=0)
+    wider = narrow_successor(block, 1, hidden_channels=16)
+    assert wider.config() == {"kind": NARROW, "in_channels": 8, "out_channels": 8, "stride": 1, "hidden_channels": 16}
+    assert not torch.equal(wider.conv1.weight[:8], block.conv1.weight)
+    model = tiny_torchvision(bottleneck=True)
+    with pytest.raises(ValueError, match=r"narrow_basic replaces groups of BasicBlocks .* starts with a Bottleneck"):
+        th.replace_(model, resnet.plan(model, (1, 1, 1, 1), successor=NARROW), example_inputs=(images(),))

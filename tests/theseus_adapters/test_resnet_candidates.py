@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from torchvision.models.resnet import BasicBlock, ResNet
 
 import theseus_core as th
+from tests.theseus_adapters.test_resnet import tiny_timm_resnet
 from theseus_adapters import resnet
 from theseus_adapters.resnet import successor_blocks
 
@@ -57,3 +58,14 @@ def test_any_choice_of_candidates_finalizes_into_a_resnet_that_rebuilds_from_its
         torch.testing.assert_close(rebuilt.eval()(images), finalized(images))
     layer1 = {"keep": 2, "skip": 0}.get(choice["layer1[0:2]"], 1)  # layer1's one group: its two blocks, none, or one
     assert len(finalized.layer1) == len(rebuilt.layer1) == layer1
+
+
+def test_a_bottleneck_resnets_library_records_narrow_basic_as_refused_and_offers_the_other_light_blocks():
+    model = tiny_timm_resnet(layers=(1, 1, 1, 1), bottleneck=True).eval()
+    images = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    library = th.CandidateLibrary(model, resnet.candidates(model, (1, 1, 1, 1)), example_inputs=[(images,)])
+    narrow = successor_blocks.NarrowBasic.kind
+    for path in library.paths:
+        assert narrow not in library.names(path)
+        assert "starts with a Bottleneck" in library.refused[(path, narrow)]
+        assert {"keep", "basic", *resnet.LIGHT_SUCCESSORS} - set(library.names(path)) == {narrow}

@@ -18,10 +18,10 @@ with ``strict=True``.
 
 The successors come from the registry: this module registers `block_successor` as the default for
 torchvision's and timm's ``BasicBlock`` and ``Bottleneck``, and the light blocks of
-`theseus_adapters.resnet.successor_blocks` as the alternatives ``"mobilenet_v2"``, ``"shufflenet_v2"`` and
-``"depthwise_separable"`` (``plan(model, blocks, successor="mobilenet_v2")``). A user's registration for these
-types (a private registry passed to ``replace_``, or ``register_successor(BasicBlock, replace=True)``) is what
-the plan then uses; each spec carries the options a factory may need.
+`theseus_adapters.resnet.successor_blocks` as the alternatives ``"mobilenet_v2"``, ``"shufflenet_v2"``,
+``"depthwise_separable"`` and ``"narrow_basic"`` (``plan(model, blocks, successor="mobilenet_v2")``). A user's
+registration for these types (a private registry passed to ``replace_``, or ``register_successor(BasicBlock,
+replace=True)``) is what the plan then uses; each spec carries the options a factory may need.
 
 Batch norm needs nothing here: `theseus_core.replace_` keeps the statistics of
 every frozen batch norm (the predecessor blocks', and the stem's ``bn1`` unless
@@ -43,15 +43,16 @@ Example::
     torchvision.models.resnet18(num_classes=10).load_state_dict(theseus.finalize().state_dict())
 
 The package by job: `planning` (`plan`, `stage_names`), `successors` (`block_successor` and the light successors,
-registered on import), `narrowing` (`block_widths` and the in-place narrowing behind ``width``), `successor_blocks`
-(the light successor architectures and the config that rebuilds a ResNet holding them, torch and torchvision only),
+`narrow_basic_successor` among them, registered on import), `narrowing` (`block_widths` and the in-place narrowing
+behind ``width``), `successor_blocks` (the light successor architectures and the config that rebuilds a ResNet
+holding them, torch and torchvision only),
 `candidates` (what a budget search may put in place of each group: `candidates`, `flatten_stages`).
 """
 
 from .candidates import candidates, flatten_stages
 from .narrowing import block_widths
 from .planning import INITS, BlocksPerStage, plan, stage_names
-from .successors import LIGHT_SUCCESSORS, BlockSuccessor, block_successor
+from .successors import LIGHT_SUCCESSORS, BlockSuccessor, block_successor, narrow_basic_successor
 
 __all__ = [
     "INITS",
@@ -62,6 +63,7 @@ __all__ = [
     "block_widths",
     "candidates",
     "flatten_stages",
+    "narrow_basic_successor",
     "plan",
     "stage_names",
 ]

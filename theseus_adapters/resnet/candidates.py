@@ -3,8 +3,10 @@
 `candidates` gives, per group of ``plan(model, blocks)``: ``keep`` (the group's own blocks), ``skip`` (the identity,
 where the group keeps its shape: `theseus_core.replace_` refuses it elsewhere), ``basic`` (the registry's default:
 one block of the predecessor's kind started from the group's first) and each light block of `LIGHT_SUCCESSORS`
-(fresh, at the group's widths and stride). `flatten_stages`, the hook the search's plan finalizes with, leaves an
-ordinary ResNet: a kept group's blocks spliced into its stage, a skipped group gone.
+(at the group's widths and stride: fresh, but ``narrow_basic``, started from the group's first block, which a group
+of Bottlenecks refuses: the search records that in `theseus_core.search.CandidateLibrary.refused`).
+`flatten_stages`, the hook the search's plan finalizes with, leaves an ordinary ResNet: a kept group's blocks spliced
+into its stage, a skipped group gone.
 """
 
 from __future__ import annotations

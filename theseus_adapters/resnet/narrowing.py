@@ -1,5 +1,7 @@
 """Narrowing a ResNet block in place: every channel count ``c`` becomes ``round(c * width)``, keeping the leading
-channels of the weights (`narrow_`), checked first (`check_narrowable`); a block's widths (`block_widths`)."""
+channels of the weights (`narrow_`), checked first (`check_narrowable`); a block's widths (`block_widths`). Both
+narrowings, this one and a light block's started from a wider one, keep channels through `keep_channels_`; which
+filters of a convolution are the strongest (`strongest_filters`)."""
 
 from __future__ import annotations
 
@@ -65,34 +67,82 @@ def check_narrowable(block: nn.Module, width: float, where: str) -> None:
 
 
 @torch.no_grad()
-def narrow_(block: nn.Module, width: float) -> None:
-    """Narrows every layer of ``block`` in place, keeping the leading channels of its weights."""
+def keep_channels_(
+    layer: nn.Module, *, outputs: torch.Tensor | None = None, inputs: torch.Tensor | None = None
+) -> None:
+    """Keeps, in place, the channels ``outputs`` and ``inputs`` (index tensors, in the order given) of a
+    convolution, batch norm or linear layer: its weights, bias and running statistics, and the widths it records.
 
-    def leading(tensor: torch.Tensor | None, *sizes: int) -> torch.Tensor | None:
+    Args:
+        layer: A convolution (``_ConvNd``), batch norm (``_BatchNorm``: its features are its outputs) or
+            ``nn.Linear``.
+        outputs: Output channels to keep (the weight's first dimension). (default: ``None``, all)
+        inputs: Input channels to keep, of one group of a grouped convolution (the weight's second dimension);
+            the convolution's ``in_channels`` becomes ``len(inputs) * groups``, so a caller changing the groups
+            sets ``groups`` first. (default: ``None``, all)
+    """
+
+    def kept(tensor: torch.Tensor | None, *indices: torch.Tensor | None) -> torch.Tensor | None:
         if tensor is None:
             return None
-        return tensor[tuple(slice(0, size) for size in sizes)].clone(memory_format=torch.contiguous_format)
+        for dim, index in enumerate(indices):
+            if index is not None:
+                tensor = tensor.index_select(dim, index.to(tensor.device))
+        return tensor.clone(memory_format=torch.contiguous_format)
 
+    if isinstance(layer, _BatchNorm):
+        if inputs is not None:
+            raise ValueError(f"a batch norm has features, not input channels; pass them as outputs (got {inputs})")
+        if outputs is None:
+            return
+        for name in ("weight", "bias"):
+            if getattr(layer, name) is not None:
+                setattr(layer, name, nn.Parameter(kept(getattr(layer, name), outputs)))
+        for name in ("running_mean", "running_var"):
+            if getattr(layer, name) is not None:
+                setattr(layer, name, kept(getattr(layer, name), outputs))
+        layer.num_features = len(outputs)
+    elif isinstance(layer, (_ConvNd, nn.Linear)):
+        layer.weight = nn.Parameter(kept(layer.weight, outputs, inputs))
+        if layer.bias is not None:
+            layer.bias = nn.Parameter(kept(layer.bias, outputs))
+        out_channels, in_channels = layer.weight.shape[:2]
+        if isinstance(layer, nn.Linear):
+            layer.in_features, layer.out_features = in_channels, out_channels
+        else:
+            layer.in_channels, layer.out_channels = in_channels * layer.groups, out_channels
+    else:
+        raise TypeError(f"keep_channels_ takes a convolution, batch norm or linear layer, got {type(layer).__name__}")
+
+
+def strongest_filters(conv: _ConvNd, count: int) -> torch.Tensor:
+    """Indices of the ``count`` output filters of ``conv`` with the largest L1 norm, in ascending order (the
+    criterion of Li et al. 2017, "Pruning Filters for Efficient ConvNets"); of equal norms, the leading filters.
+    All of them, in order, when ``count`` is the convolution's ``out_channels``."""
+    if not 1 <= count <= conv.out_channels:
+        raise ValueError(f"cannot keep {count} of the {conv.out_channels} filters of a {type(conv).__name__}")
+    norms = conv.weight.detach().abs().flatten(1).sum(dim=1)
+    return torch.argsort(norms, descending=True, stable=True)[:count].sort().values
+
+
+def _leading(count: int) -> torch.Tensor:
+    return torch.arange(count)
+
+
+@torch.no_grad()
+def narrow_(block: nn.Module, width: float) -> None:
+    """Narrows every layer of ``block`` in place, keeping the leading channels of its weights."""
     check_narrowable(block, width, type(block).__name__)
     for module in block.modules():
         if isinstance(module, _ConvNd):
             in_channels, out_channels, groups = _narrowed_conv(module, width, "")
-            module.weight = nn.Parameter(leading(module.weight, out_channels, in_channels // groups))
-            if module.bias is not None:
-                module.bias = nn.Parameter(leading(module.bias, out_channels))
-            module.in_channels, module.out_channels, module.groups = in_channels, out_channels, groups
+            module.groups = groups
+            keep_channels_(module, outputs=_leading(out_channels), inputs=_leading(in_channels // groups))
         elif isinstance(module, _BatchNorm):
-            features = _scaled(module.num_features, width)
-            for name in ("weight", "bias"):
-                if getattr(module, name) is not None:
-                    setattr(module, name, nn.Parameter(leading(getattr(module, name), features)))
-            for name in ("running_mean", "running_var"):
-                if getattr(module, name) is not None:
-                    setattr(module, name, leading(getattr(module, name), features))
-            module.num_features = features
+            keep_channels_(module, outputs=_leading(_scaled(module.num_features, width)))
         elif isinstance(module, nn.Linear):
-            in_features, out_features = _scaled(module.in_features, width), _scaled(module.out_features, width)
-            module.weight = nn.Parameter(leading(module.weight, out_features, in_features))
-            if module.bias is not None:
-                module.bias = nn.Parameter(leading(module.bias, out_features))
-            module.in_features, module.out_features = in_features, out_features
+            outputs, inputs = (
+                _leading(_scaled(module.out_features, width)),
+                _leading(_scaled(module.in_features, width)),
+            )
+            keep_channels_(module, outputs=outputs, inputs=inputs)

@@ -105,9 +105,11 @@ def plan(
             those projections (as `theseus_core.Projected`). (default: ``1.0``)
         successor: What each group becomes: ``None`` for the registry's default for the group's block type
             (`block_successor`, which ``init`` and ``width`` steer), the name of a registered alternative:
-            ``"mobilenet_v2"``, ``"shufflenet_v2"`` or ``"depthwise_separable"`` (fresh light blocks of
+            ``"mobilenet_v2"``, ``"shufflenet_v2"``, ``"depthwise_separable"`` (fresh light blocks of
             `theseus_adapters.resnet.successor_blocks` mapping the group's input channels to its output channels at its
-            stride; ``init`` is then unused and ``width`` must be 1), or a factory. (default: ``None``)
+            stride) or ``"narrow_basic"`` (a narrower BasicBlock started from the group's first block:
+            `narrow_basic_successor`), for which ``init`` is unused and ``width`` must be 1, or a factory.
+            (default: ``None``)
         options: More keyword options for the successor factory, e.g. ``{"hidden_channels": 96}`` for
             ``"mobilenet_v2"``. (default: none)
 

@@ -1,6 +1,6 @@
 """Light blocks that stand in for a group of ResNet blocks, and the config that rebuilds a ResNet holding them.
 
-The paper's future work names heterogeneous successors ("ShuffleNet unit for ResBlock"). Three kinds,
+The paper's future work names heterogeneous successors ("ShuffleNet unit for ResBlock"). Four kinds,
 each mapping ``in_channels`` to ``out_channels`` at a ``stride`` (1 or 2), as the group it replaces does:
 
 - `InvertedResidual` (``"mobilenet_v2"``, Sandler et al. 2018): 1×1 expansion, 3×3 depthwise, linear 1×1
@@ -10,6 +10,9 @@ each mapping ``in_channels`` to ``out_channels`` at a ``stride`` (1 or 2), as th
   runs both halves through branches.
 - `DepthwiseSeparable` (``"depthwise_separable"``): 3×3 depthwise → 1×1 with a ResNet shortcut (identity, or a
   strided 1×1 convolution and batch norm when the shape changes).
+- `NarrowBasic` (``"narrow_basic"``): a ResNet BasicBlock (He et al. 2016) whose inner width is ``hidden_channels``
+  (half of ``out_channels`` unless given), with the same shortcut; its layers are named as torchvision's
+  BasicBlock's, so that one can start it.
 
 Every block reports its constructor arguments (`config`), so a torchvision ResNet whose stages hold them is
 described by `export_config` and rebuilt by `build_from_config` from torch and torchvision alone: this file
@@ -182,7 +185,49 @@ class DepthwiseSeparable(_LightBlock):
         return self.act(self.conv(x) + self.shortcut(x))
 
 
-BLOCKS: dict[str, type[nn.Module]] = {cls.kind: cls for cls in (InvertedResidual, ShuffleUnit, DepthwiseSeparable)}
+class NarrowBasic(_LightBlock):
+    """A narrower ResNet BasicBlock: ``3×3 (stride) → BN → ReLU → 3×3 → BN``, plus the shortcut, ReLU, whose
+    inner width (the first convolution's output, the second's input) is ``hidden_channels``.
+
+    The shortcut is the identity when the shape is kept, else a 1×1 convolution at the stride and a batch norm.
+    The layers are named as in torchvision's ``BasicBlock`` (``conv1``, ``bn1``, ``conv2``, ``bn2``,
+    ``downsample``, ``None`` for the identity) and compute as it does: at ``hidden_channels == out_channels`` it is
+    a BasicBlock, and that block's state_dict loads into it.
+
+    Args:
+        in_channels, out_channels: Widths of the input and the output.
+        stride: Of the first convolution and the shortcut: 1, or 2 to halve height and width. (default: ``1``)
+        hidden_channels: Width inside the block. (default: ``max(1, out_channels // 2)``, half a BasicBlock's)
+
+    Shapes:
+        ``[N, in_channels, H, W]`` → ``[N, out_channels, ceil(H / stride), ceil(W / stride)]``.
+    """
+
+    kind = "narrow_basic"
+    arguments = ("in_channels", "out_channels", "stride", "hidden_channels")
+
+    def __init__(self, in_channels: int, out_channels: int, stride: int = 1, hidden_channels: int | None = None):
+        super().__init__(in_channels, out_channels, stride)
+        hidden = max(1, out_channels // 2) if hidden_channels is None else hidden_channels
+        if not isinstance(hidden, int) or isinstance(hidden, bool) or hidden < 1:
+            raise ValueError(f"{self.kind}: hidden_channels must be a positive integer, got {hidden!r}")
+        self.hidden_channels = hidden
+        self.conv1, self.bn1 = _conv_bn(in_channels, hidden, 3, stride)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2, self.bn2 = _conv_bn(hidden, out_channels, 3)
+        keeps = stride == 1 and in_channels == out_channels
+        self.downsample = None if keeps else nn.Sequential(*_conv_bn(in_channels, out_channels, 1, stride))
+        _initialize_(self)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        return self.relu(self.bn2(self.conv2(out)) + identity)
+
+
+BLOCKS: dict[str, type[nn.Module]] = {
+    cls.kind: cls for cls in (InvertedResidual, ShuffleUnit, DepthwiseSeparable, NarrowBasic)
+}
 """The light blocks by kind: the names ``theseus_adapters.resnet`` registers them under."""
 
 

@@ -1,6 +1,7 @@
 """The successors of groups of ResNet blocks, registered in the default registry on import: `block_successor`
 (the default for torchvision's and timm's ``BasicBlock`` and ``Bottleneck``: one block shaped like the group's first,
-optionally narrowed) and the light blocks of `theseus_adapters.resnet.successor_blocks` under their names."""
+optionally narrowed) and the light blocks of `theseus_adapters.resnet.successor_blocks` under their names (fresh,
+but for `narrow_basic_successor`, started from the group's first block)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import theseus_core as th
 from theseus_core.spec import SuccessorFactory, resolve
 
 from . import successor_blocks
-from .narrowing import block_widths, narrow_
+from .narrowing import block_widths, keep_channels_, narrow_, strongest_filters
 from .planning import downsamples
 
 
@@ -93,7 +94,66 @@ def _light_successor(kind: str) -> SuccessorFactory:
     return build
 
 
-LIGHT_SUCCESSORS = {kind: _light_successor(kind) for kind in successor_blocks.BLOCKS}
+def narrow_basic_successor(
+    group: list[nn.Module], *, in_channels: int, out_channels: int, stride: int, hidden_channels: int | None = None
+) -> successor_blocks.NarrowBasic:
+    """A `theseus_adapters.resnet.successor_blocks.NarrowBasic` mapping the group's ``in_channels`` to its
+    ``out_channels`` at its ``stride`` (the options `plan` passes), started from the group's first block.
+
+    Of that block it keeps ``conv1``, ``bn1``, ``conv2`` and ``bn2`` restricted to the ``hidden_channels`` inner
+    channels whose ``conv1`` filters have the largest L1 norm (`narrowing.strongest_filters`, in their order):
+    trained filters carry no meaning in their position, so the leading ones would be an arbitrary subset, while a
+    filter of small L1 norm produces small activations and matters least to the block's output (Li et al. 2017).
+    Its ``downsample`` is kept whole where it is a 1×1 convolution and a batch norm, as torchvision builds it; a
+    shortcut of another form (timm's average pool, a larger kernel) leaves the successor's a fresh one. At
+    ``hidden_channels`` equal to the block's inner width, the successor computes exactly what the block does.
+    ``init`` does not steer it: the group's first block holds the group's stride and shortcut.
+
+    Args:
+        group: The group's blocks; the first a torchvision or timm ``BasicBlock``.
+        in_channels, out_channels, stride: The group's, as `plan` gives them.
+        hidden_channels: The inner width. Fresh weights throughout where it exceeds the first block's inner
+            width, which has no more channels to give. (default: half of ``out_channels``, `NarrowBasic`'s)
+
+    Raises:
+        ValueError: the group's first block is a Bottleneck (``conv3``), or no block of two 3×3 convolutions:
+            nothing of a Bottleneck maps onto a BasicBlock's layers, and a BasicBlock at the width of a Bottleneck
+            group's output costs more than the Bottleneck (its 3×3 convolutions work at the expanded width), so it
+            is no light successor there. A budget search (`candidates`) records the refusal and offers the others.
+    """
+    first = group[0]
+    convs = [getattr(first, name, None) for name in ("conv1", "conv2")]
+    if getattr(first, "conv3", None) is not None or not all(
+        isinstance(conv, nn.Conv2d) and conv.kernel_size == (3, 3) for conv in convs
+    ):
+        raise ValueError(
+            f"narrow_basic replaces groups of BasicBlocks (two 3×3 convolutions); this group starts with a "
+            f"{type(first).__name__}, for which a narrow BasicBlock is no lighter: use another successor"
+        )
+    block = successor_blocks.NarrowBasic(in_channels, out_channels, stride, hidden_channels)
+    if block.hidden_channels > first.conv1.out_channels:
+        return block  # wider inside than the group's first block: nothing to keep
+    donor = copy.deepcopy(first)
+    kept = strongest_filters(donor.conv1, block.hidden_channels)
+    keep_channels_(donor.conv1, outputs=kept)
+    keep_channels_(donor.bn1, outputs=kept)
+    keep_channels_(donor.conv2, inputs=kept)
+    shapes = {name: tensor.shape for name, tensor in block.state_dict().items()}
+    fitting = {name: tensor for name, tensor in donor.state_dict().items() if shapes.get(name) == tensor.shape}
+    missing = [name for name in shapes if name not in fitting]
+    if any(name.startswith(("conv", "bn")) for name in missing):  # a BasicBlock of the group's widths always fits
+        raise ValueError(f"narrow_basic: {type(first).__name__}'s {missing} do not fit a NarrowBasic of its widths")
+    if missing:  # the shortcut is the donor's whole or fresh, never half of each
+        fitting = {name: tensor for name, tensor in fitting.items() if not name.startswith("downsample.")}
+    block.load_state_dict(fitting, strict=False)
+    return block
+
+
+_STARTED_FROM_THE_GROUP = {successor_blocks.NarrowBasic.kind: narrow_basic_successor}
+
+LIGHT_SUCCESSORS = {
+    kind: _STARTED_FROM_THE_GROUP.get(kind) or _light_successor(kind) for kind in successor_blocks.BLOCKS
+}
 """The registered alternatives to `block_successor`, by name: ``resnet.plan(model, successor=name)``."""
 
 

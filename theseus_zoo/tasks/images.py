@@ -157,9 +157,10 @@ class ResNetOptions:
             ``torchvision.datasets.FashionMNIST(data_dir, download=True)`` (needs a network; ``data_dir``
             defaults to ``$THESEUS_CACHE/torchvision``). (default: ``"asset"``)
         successor: Heterogeneous successors, registered in `theseus_adapters.resnet`: ``"mobilenet_v2"`` (an
-            inverted residual), ``"shufflenet_v2"`` or ``"depthwise_separable"`` replace each group of blocks
-            (the baselines train the same architecture, `ResNetTask.truncated`); ``None`` is a block of the
-            predecessor's type.
+            inverted residual), ``"shufflenet_v2"``, ``"depthwise_separable"`` or ``"narrow_basic"`` (a BasicBlock
+            of half the inner width, started from the group's first block; BasicBlock architectures only) replace
+            each group of blocks (the baselines train the same architecture, `ResNetTask.truncated`); ``None`` is a
+            block of the predecessor's type.
             (default: ``None``)
     """
 
@@ -172,7 +173,7 @@ class ResNetOptions:
     data_seed: int = field(default=0, metadata={"min": 0})
     data_dir: str | None = None
     source: Literal["asset", "torchvision"] = "asset"
-    successor: Literal["mobilenet_v2", "shufflenet_v2", "depthwise_separable"] | None = None
+    successor: Literal["mobilenet_v2", "shufflenet_v2", "depthwise_separable", "narrow_basic"] | None = None
 
 
 class ResNetTask(ScoresAccuracy):
@@ -256,9 +257,10 @@ class ResNetTask(ScoresAccuracy):
     def truncated(self, predecessor: nn.Module) -> nn.Module:
         """A copy of the predecessor keeping the first ``blocks[i]`` blocks of stage ``i``: the successor's
         architecture as `resnet.plan` with ``init="first"`` initialises it (stem, head and the stages' bottom
-        blocks, whose first keeps the stage's downsampling). With heterogeneous successors, which no predecessor
-        block can start: the successor model as the plan builds it, untrained (the predecessor's stem and head, new
-        blocks of the other kind), so that the baselines train the very architecture Theseus exports."""
+        blocks, whose first keeps the stage's downsampling). With heterogeneous successors: the successor model as the
+        plan builds it, untrained (the predecessor's stem and head, new blocks of the other kind, or for
+        ``"narrow_basic"`` each group's first block narrowed), so that the baselines train the very architecture
+        Theseus exports, from the weights Theseus starts from."""
         model = copy.deepcopy(predecessor)
         if self.successor is not None:
             return th.replace_(model, self.plan(model)).finalize()
