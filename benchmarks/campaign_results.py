@@ -302,22 +302,28 @@ def against_table(summary: dict[str, Any]) -> str:
     )
 
 
-def markdown_against(summary: dict[str, Any], command: str) -> str:
-    def interval(pair: list[float] | None) -> str:
-        return f"[{pair[0]:+.2f}, {pair[1]:+.2f}]" if pair else "—"
+def interval_text(pair: list[float] | None) -> str:
+    return f"[{pair[0]:+.2f}, {pair[1]:+.2f}]" if pair else "—"
 
-    comparison_rows = [
+
+def paired_rows(comparisons: dict[str, dict[str, Any]]) -> list[list[str]]:
+    """The rows of a paired-comparison table (`benchmarks.methods.INTERVAL_COLUMNS`, seeds, verdict)."""
+    return [
         [
             " − ".join(f"`{model}`" for model in comparison["models"]),
             ", ".join(f"{value:+.2f}" for value in comparison["per_seed"]),
             f"{comparison['mean']:+.2f}",
-            interval(comparison.get("seed_interval")),
-            interval(comparison.get("test_set_interval")),
+            interval_text(comparison.get("seed_interval")),
+            interval_text(comparison.get("test_set_interval")),
             str(len(comparison["seeds"])),
             methods_table.verdict(comparison),
         ]
-        for comparison in summary["comparisons"].values()
+        for comparison in comparisons.values()
     ]
+
+
+def markdown_against(summary: dict[str, Any], command: str) -> str:
+    comparison_rows = paired_rows(summary["comparisons"])
     choices = [
         f"- {label}, seed {seed}: " + ", ".join(f"{path} {name}" for path, name in chosen.items())
         for label, row in summary["models"].items()
@@ -438,10 +444,6 @@ def summary_table(summary: dict[str, Any]) -> str:
 
 def markdown(summary: dict[str, Any], command: str) -> str:
     metric, name = summary["metric"], f"{summary['campaign']}, {summary['cell']}"
-
-    def interval(pair: list[float] | None) -> str:
-        return f"[{pair[0]:+.2f}, {pair[1]:+.2f}]" if pair else "—"
-
     grid_rows = [
         [
             f"`{method}`",
@@ -456,18 +458,7 @@ def markdown(summary: dict[str, Any], command: str) -> str:
         ]
         for method, entry in summary["methods"].items()
     ]
-    comparison_rows = [
-        [
-            " − ".join(f"`{model}`" for model in comparison["models"]),
-            ", ".join(f"{value:+.2f}" for value in comparison["per_seed"]),
-            f"{comparison['mean']:+.2f}",
-            interval(comparison.get("seed_interval")),
-            interval(comparison.get("test_set_interval")),
-            str(len(comparison["seeds"])),
-            methods_table.verdict(comparison),
-        ]
-        for comparison in summary["comparisons"].values()
-    ]
+    comparison_rows = paired_rows(summary["comparisons"])
     headline = summary["headline"]
     return "\n".join(
         [
@@ -493,14 +484,14 @@ def markdown(summary: dict[str, Any], command: str) -> str:
             ),
             f"\nBest Theseus variant on dev `{summary['best_theseus']}`, best alternative `"
             f"{summary['best_alternative']}`: {headline['mean']:+.2f} points, seed-level 95% interval "
-            f"{interval(headline.get('seed_interval'))}, over seeds and test examples "
-            f"{interval(headline.get('test_set_interval'))}, {len(headline['seeds'])} seeds: "
+            f"{interval_text(headline.get('seed_interval'))}, over seeds and test examples "
+            f"{interval_text(headline.get('test_set_interval'))}, {len(headline['seeds'])} seeds: "
             f"{methods_table.verdict(headline)}.\n",
             "Paired per seed, in points (each side at its own chosen setting; the same steps for every method):\n",
             markdown_table([*methods_table.INTERVAL_COLUMNS, "seeds", "verdict"], comparison_rows),
             *methods_table.matched_section(
                 summary,
-                interval,
+                interval_text,
                 f"their training cost `{summary['best_theseus']}`'s (steps alone, timed by `benchmarks.run_cost`: "
                 "`run-cost.json` beside the cell's raw results)",
             ),
