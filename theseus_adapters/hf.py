@@ -73,7 +73,7 @@ from .hf_stack import (
     layer_stack,
     sync_config,
 )
-from .slim import check_slim, prune_layer_
+from .slim import check_slim, load_pretrained, prune_layer_
 
 __all__ = [
     "INITS",
@@ -85,6 +85,7 @@ __all__ = [
     "find_stacks",
     "layer_stack",
     "layer_successor",
+    "load_pretrained",
     "plan",
     "sync_config",
 ]

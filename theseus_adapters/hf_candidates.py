@@ -1,15 +1,28 @@
 """What a budget search (`theseus_core.search`) may put in place of each group of a transformers model's plan.
 
-`candidates` gives, per group of `theseus_adapters.hf.plan`: ``keep`` (the group's own layers), ``skip`` (the
-identity: the layer is dropped, where the model's layers take and give the hidden states alone) and ``one`` (the
-plan's successor: a copy of one of the group's layers, or its slim or quantized form as the plan is asked). The hook
-the chosen plan finalizes with splices the stack (`theseus_core.search.splice_`) and then makes the config agree
+`candidates` gives, per group of `theseus_adapters.hf.plan`:
+
+- ``keep``: the group's own layers; ``skip``: the identity (the layers dropped, where the model's layers take and
+  give the hidden states alone); ``one``: the plan's successor (a copy of one of the group's layers, or its slim or
+  quantized form as the plan is asked).
+- `LAYER_FORMS`, one layer started from the group's first layer (`theseus_adapters.slim`): ``no_attention`` and
+  ``no_ffn`` (the sublayer taken out with what only it uses, `slim.remove_sublayer_`: the layer computes what it
+  computed with that sublayer's residual branch set to 0), ``ffn_half`` and ``ffn_quarter`` (the FFN neurons of
+  largest weight-magnitude importance kept, `slim.prune_layer_`). Offered for every group; a layer whose layout
+  cannot take that form (`slim.SLIM_LAYOUTS` knows BERT-like and Llama-like layers) refuses it in one line, and the
+  search leaves it out of the group (`theseus_core.search.CandidateLibrary.refused`).
+
+The hook the chosen plan finalizes with splices the stack (`theseus_core.search.splice_`) and makes the config agree
 with it (`theseus_adapters.hf_stack.sync_config`: the layer count, each layer's ``layer_idx`` renumbered from its
-own), so the export reloads in plain transformers.
+own, and `slim.sync_slim`: the layers' sizes). A choice whose layers all have one shape (``keep``, ``skip`` and
+``one`` of a plan that is not slim) reloads in plain transformers; any other choice writes one form per layer into
+``config.theseus_layers``, and `slim.load_pretrained` (``theseus_adapters.hf.load_pretrained``) rebuilds it.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +31,34 @@ from torch import nn
 import theseus_core as th
 from theseus_core.search import splice_
 
-from .hf_stack import layer_stack, sync_config
+from .hf import _sync_undoably
+from .hf_stack import layer_stack
+from .slim import prune_layer_, remove_sublayer_, slim_layout
+
+LAYER_FORMS: dict[str, Callable[[nn.Module], nn.Module]] = {
+    "no_attention": functools.partial(remove_sublayer_, sublayer="attention"),
+    "no_ffn": functools.partial(remove_sublayer_, sublayer="ffn"),
+    "ffn_half": lambda layer: _narrow_ffn(layer, 2),
+    "ffn_quarter": lambda layer: _narrow_ffn(layer, 4),
+}
+"""The one-layer candidates beside ``keep``, ``skip`` and ``one``: name -> what is done, in place, to a copy of the
+group's first layer."""
+
+
+def _narrow_ffn(layer: nn.Module, divisor: int) -> nn.Module:
+    width = layer.get_submodule(slim_layout(layer).ffn_out).in_features
+    return prune_layer_(layer, intermediate_size=max(1, width // divisor))
+
+
+def layer_form_successor(form: str) -> th.spec.SuccessorFactory:
+    """The successor factory of the candidate ``form`` (a key of `LAYER_FORMS`): a copy of the group's first layer
+    in that form. Raises `ValueError` in one line when the layer cannot take it (`slim.SLIM_LAYOUTS`)."""
+    shape = LAYER_FORMS[form]
+
+    def successor(group: list[nn.Module]) -> nn.Module:
+        return shape(copy.deepcopy(group[0]))
+
+    return successor
 
 
 def candidates(
@@ -27,13 +67,12 @@ def candidates(
     """Name -> one spec per group of ``base`` (the family's `theseus_adapters.hf.plan` of ``model``), and the hook a
     chosen plan finalizes with (module doc). ``model`` is only read."""
     found = layer_stack(model, stack)
-    slim = any(spec.options.get("heads") or spec.options.get("intermediate_size") for spec in base)
-    one_finalize = base.on_finalize
 
     def finalize(model: nn.Module) -> Any:
         splice_(model.get_submodule(found.path))
-        if slim:  # the slim successors' widths go into the config as the plan's own hook writes them
-            return one_finalize(model) if one_finalize is not None else None
-        return sync_config(model, stack=found)
+        return _sync_undoably(model, stack=found)  # each layer renumbered from its own layer_idx
 
-    return {"keep": th.keep_specs(base), "skip": th.skip_specs(base), "one": list(base)}, finalize
+    offered = {"keep": th.keep_specs(base), "skip": th.skip_specs(base), "one": list(base)}
+    for form in LAYER_FORMS:
+        offered[form] = [th.ModuleSpec(spec.path, successor=layer_form_successor(form)) for spec in base]
+    return offered, finalize

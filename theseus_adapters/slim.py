@@ -1,16 +1,25 @@
-"""Slim transformers layers: fewer attention heads and a smaller FFN at the same hidden size.
+"""Slim transformers layers: fewer attention heads, a smaller FFN, or none of either, at the same hidden size.
 
 `prune_layer_` cuts a layer in place, keeping the units with the largest weight-magnitude bound on what they add
-to the output; `sync_slim` then writes the new sizes into the config so that the export reloads in plain
-transformers. `theseus_adapters.hf.plan(..., heads=, intermediate_size=)` uses both: each successor is a pruned
-copy of its source layer. Torch only; the layouts it knows are `SLIM_LAYOUTS`.
+to the output; `remove_sublayer_` takes a layer's attention or FFN out altogether, so that its residual branch adds
+exactly 0. `sync_slim` then describes the layers in the config: the new sizes when every layer has the same, so
+that the export reloads in plain transformers; else one *form* per layer (`layer_form`) in
+``config.theseus_layers``, which `load_pretrained` reads back. `theseus_adapters.hf.plan(..., heads=,
+intermediate_size=)` prunes each successor copy; a budget search (`theseus_adapters.hf_candidates`) offers layers
+without attention, without FFN, or with a narrower FFN. The layouts it knows are `SLIM_LAYOUTS`.
+
+Per-layer forms: transformers 5 has a config-side ``per_layer_config`` (with a ``skip`` list), but BERT and Llama
+do not build their layers from it (a Llama config with a per-layer ``intermediate_size`` does not build), so the
+forms go under a key of their own. Plain ``from_pretrained`` ignores it, builds every layer whole and reports the
+weights of what is missing or narrower as missing or mismatched keys: load such an export with `load_pretrained`.
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -29,6 +38,12 @@ class SlimLayout:
         ffn_config: The config attribute of the FFN's width.
         query, value, output: The attention's query, value and output layers (``None``: the heads cannot
             be pruned); ``attention`` is the module holding ``num_key_value_groups``.
+        without_attention, without_ffn: How `remove_sublayer_` takes the attention / the FFN out: ``(path, stand-in)``
+            pairs, the modules only that sublayer uses, each replaced by a parameter-free `RemovedSublayer`
+            (``"zero"``: outputs zeros shaped as its input; ``"zero_attention"``: the same with ``None`` attention
+            weights, for a module the layer unpacks) or ``nn.Identity`` (``"identity"``: a norm or a projection
+            whose output only the removed sublayer read). The first pair is the one that outputs the residual
+            branch, and tells a layer without the sublayer. Empty: the layout cannot remove it.
     """
 
     ffn_in: tuple[str, ...]
@@ -38,12 +53,20 @@ class SlimLayout:
     value: str | None = None
     output: str | None = None
     attention: str | None = None
+    without_attention: tuple[tuple[str, str], ...] = ()
+    without_ffn: tuple[tuple[str, str], ...] = ()
 
 
 SLIM_LAYOUTS = (
-    SlimLayout(("intermediate.dense",), "output.dense", "intermediate_size"),  # BERT, RoBERTa, MPNet, ViT
+    SlimLayout(  # BERT, RoBERTa, MPNet, ViT; post-LN (BERT, RoBERTa): each sublayer's norm stays, its input + 0
+        ("intermediate.dense",),
+        "output.dense",
+        "intermediate_size",
+        without_attention=(("attention.output.dense", "zero"), ("attention.self", "zero_attention")),
+        without_ffn=(("output.dense", "zero"), ("intermediate", "identity")),
+    ),
     SlimLayout(("ffn.lin1",), "ffn.lin2", "hidden_dim"),  # DistilBERT
-    SlimLayout(  # Llama, Qwen2, Mistral
+    SlimLayout(  # Llama, Qwen2, Mistral; pre-LN: a sublayer goes with the norm in front of it
         ("mlp.gate_proj", "mlp.up_proj"),
         "mlp.down_proj",
         "intermediate_size",
@@ -51,9 +74,57 @@ SLIM_LAYOUTS = (
         "self_attn.v_proj",
         "self_attn.o_proj",
         "self_attn",
+        without_attention=(("self_attn", "zero_attention"), ("input_layernorm", "identity")),
+        without_ffn=(("mlp", "zero"), ("post_attention_layernorm", "identity")),
     ),
 )
-"""The layer layouts whose FFN (and, for the last, attention heads) `prune_layer_` can cut."""
+"""The layer layouts whose FFN (and, for the last, attention heads) `prune_layer_` can cut, and whose attention and
+FFN `remove_sublayer_` can take out (BERT-like and Llama-like)."""
+SUBLAYERS = ("attention", "ffn")
+"""What `remove_sublayer_` can take out of a layer."""
+
+
+class RemovedSublayer(nn.Module):
+    """Stands where `remove_sublayer_` took a module out: zeros shaped as its input (its first positional argument,
+    or ``hidden_states``), whatever else it is called with; no parameters.
+
+    Args:
+        attention: Return ``(zeros, None)``, as an attention module the layer unpacks into output and weights.
+            (default: ``False``)
+        layer_idx: The ``layer_idx`` of the module it stands for, kept so that finalize still finds the layer's
+            position (the KV-cache slot of the layer's other modules, its per-layer config entries).
+            (default: ``None``)
+    """
+
+    def __init__(self, attention: bool = False, layer_idx: int | None = None) -> None:
+        super().__init__()
+        self.attention = attention
+        if layer_idx is not None:
+            self.layer_idx = layer_idx
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        hidden = args[0] if args else kwargs["hidden_states"]
+        zeros = torch.zeros_like(hidden)
+        if not self.attention:
+            return zeros
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))
+        if cache is not None and getattr(self, "layer_idx", None) is not None:
+            # transformers reads the cached length and the attention masks' sizes from a layer's slot (layer 0's by
+            # default): a slot that grows by a placeholder key and value per token (2 numbers) keeps them right
+            placeholder = hidden.new_zeros(hidden.shape[0], 1, hidden.shape[1], 1)
+            rest = {key: value for key, value in kwargs.items() if key not in _ATTENTION_ARGUMENTS}
+            try:
+                cache.update(placeholder, placeholder, self.layer_idx, kwargs=rest)
+            except RuntimeError as error:  # the slot holds a real layer's keys: two layers share it
+                raise ValueError(
+                    f"the KV-cache slot {self.layer_idx} of a layer without attention holds another layer's keys; "
+                    f"while replacing, run a decoder with use_cache=False (theseus_adapters.hf)"
+                ) from error
+        return zeros, None
+
+
+_ATTENTION_ARGUMENTS = ("hidden_states", "position_embeddings", "attention_mask", "cache", "past_key_values")
+"""What a transformers attention module takes besides the keyword arguments it hands to its cache's ``update``."""
 
 
 def slim_layout(layer: nn.Module) -> SlimLayout:
@@ -63,13 +134,19 @@ def slim_layout(layer: nn.Module) -> SlimLayout:
         ValueError: none matches (GPT-2's ``Conv1D`` layers, say).
     """
     for layout in SLIM_LAYOUTS:
-        paths = (*layout.ffn_in, layout.ffn_out, layout.query, layout.value, layout.output)
-        if all(isinstance(_find(layer, path), nn.Linear) for path in paths if path is not None):
+        ffn = () if _removed(layer, layout.without_ffn) else (*layout.ffn_in, layout.ffn_out)
+        attention = () if _removed(layer, layout.without_attention) else (layout.query, layout.value, layout.output)
+        if all(isinstance(_find(layer, path), nn.Linear) for path in (*ffn, *attention) if path is not None):
             return layout
     raise ValueError(
         f"{type(layer).__name__} is laid out as none of theseus_adapters.slim.SLIM_LAYOUTS (BERT's intermediate / "
         f"output, DistilBERT's ffn, Llama's mlp and self_attn), so heads / intermediate_size cannot prune it"
     )
+
+
+def _removed(layer: nn.Module, removal: Sequence[tuple[str, str]]) -> bool:
+    """Whether `remove_sublayer_` took out the sublayer that ``removal`` describes (its first module is a stand-in)."""
+    return bool(removal) and isinstance(_find(layer, removal[0][0]), RemovedSublayer)
 
 
 def _find(layer: nn.Module, path: str) -> nn.Module | None:
@@ -127,6 +204,12 @@ def prune_layer_(layer: nn.Module, *, heads: int | None = None, intermediate_siz
         ValueError: the layer matches no `SLIM_LAYOUTS` entry, or the sizes are out of range.
     """
     layout = slim_layout(layer)
+    for size, part, removal in (
+        (intermediate_size, "FFN", layout.without_ffn),
+        (heads, "attention", layout.without_attention),
+    ):
+        if size is not None and _removed(layer, removal):
+            raise ValueError(f"{type(layer).__name__} has no {part} left to prune (remove_sublayer_ took it out)")
     if intermediate_size is not None:
         ffn_in = [layer.get_submodule(path) for path in layout.ffn_in]
         ffn_out = layer.get_submodule(layout.ffn_out)
@@ -173,11 +256,114 @@ def _keep_inputs(linear: nn.Linear, index: torch.Tensor) -> None:
     linear.in_features = len(index)
 
 
+def remove_sublayer_(layer: nn.Module, sublayer: str) -> nn.Module:
+    """Takes a transformers layer's attention or FFN (``sublayer``: ``"attention"`` or ``"ffn"``) out, in place, with
+    what only it uses: its modules become parameter-free stand-ins (`SlimLayout.without_attention`,
+    `SlimLayout.without_ffn`). Returns the layer.
+
+    The layer then computes what it computed with that sublayer's residual branch set to zero (its output bias
+    included), exactly:
+
+    - post-LN (BERT, RoBERTa: ``a = LN_1(x + Attention(x))``, ``y = LN_2(a + FFN(a))``): without attention
+      ``a = LN_1(x)``; without FFN ``y = LN_2(a)``. The norm stays: it acts on the residual stream.
+    - pre-LN (Llama, Qwen2, Mistral: ``h = x + Attention(N_1(x))``, ``y = h + FFN(N_2(h))``): without attention
+      ``h = x``; without FFN ``y = h``. The norm in front of the sublayer goes with it.
+
+    A decoder layer without attention keeps its KV-cache slot counting tokens with a placeholder key and value (one
+    number each per token, `RemovedSublayer`), so that ``generate`` with the cache gives the tokens it gives without.
+
+    Raises:
+        ValueError: an unknown ``sublayer``, a layout that cannot remove it (`SLIM_LAYOUTS`), a layer whose modules
+            are not where its layout says, or a sublayer already removed; nothing is changed.
+    """
+    if sublayer not in SUBLAYERS:
+        raise ValueError(f"sublayer must be one of {SUBLAYERS}, got {sublayer!r}")
+    layout = slim_layout(layer)
+    removal = layout.without_attention if sublayer == "attention" else layout.without_ffn
+    if not removal:
+        raise ValueError(
+            f"{type(layer).__name__} is laid out as {layout.ffn_out!r}'s layout, which cannot remove its {sublayer} "
+            f"(theseus_adapters.slim.SLIM_LAYOUTS knows BERT-like and Llama-like layers)"
+        )
+    if _removed(layer, removal):
+        raise ValueError(f"{type(layer).__name__} has no {sublayer} left to remove")
+    missing = [path for path, _ in removal if _find(layer, path) is None]
+    if missing:
+        raise ValueError(
+            f"{type(layer).__name__} has no {', '.join(missing)}: its {sublayer} is not laid out as BERT's or "
+            f"Llama's, so theseus_adapters.slim cannot remove it"
+        )
+    for path, kind in removal:  # checked above: nothing changes before every module is found
+        parent_path, _, name = path.rpartition(".")
+        parent = layer.get_submodule(parent_path)
+        old = getattr(parent, name)
+        position = next((value for _, value in _layer_indices(old)), None)
+        stand_in = nn.Identity() if kind == "identity" else RemovedSublayer(kind == "zero_attention", position)
+        setattr(parent, name, stand_in)
+    return layer
+
+
+def _layer_indices(module: nn.Module) -> list[tuple[nn.Module, int]]:
+    return [
+        (inner, value)
+        for inner in module.modules()
+        for name, value in vars(inner).items()
+        if name == "layer_idx" and is_int(value)
+    ]
+
+
+LAYER_FORMS = "theseus_layers"
+"""The config key of the per-layer forms (`layer_form`) that `sync_slim` writes when the layers differ."""
+
+
+def layer_form(layer: nn.Module, config) -> dict[str, int]:
+    """What a layer of a model with ``config`` is: ``{"heads": h, "intermediate_size": w}``, its attention heads and
+    FFN width, 0 for a sublayer `remove_sublayer_` took out. A layout that cannot prune heads (BERT's) has the
+    config's ``num_attention_heads`` or 0."""
+    layout = slim_layout(layer)
+    if _removed(layer, layout.without_attention):
+        heads = 0
+    elif layout.query is not None:
+        heads = layer.get_submodule(layout.query).out_features // layer.get_submodule(layout.attention).head_dim
+    else:
+        heads = config.num_attention_heads
+    width = 0 if _removed(layer, layout.without_ffn) else layer.get_submodule(layout.ffn_out).in_features
+    return {"heads": heads, "intermediate_size": width}
+
+
+def shape_layer_(layer: nn.Module, form: dict[str, int], config) -> nn.Module:
+    """Makes a layer built from ``config`` (at the config's sizes) take the shape ``form`` describes (`layer_form`),
+    in place: fewer heads or FFN neurons (`prune_layer_`), or a sublayer removed (`remove_sublayer_`). Only the
+    shapes are meant: its weights are to be loaded next. Returns the layer.
+
+    Raises:
+        ValueError: a form that is not ``{"heads": int, "intermediate_size": int}``, or sizes above the layer's.
+    """
+    full = layer_form(layer, config)
+    if not isinstance(form, dict) or set(form) != set(full) or not all(is_int(value) for value in form.values()):
+        raise ValueError(f"a layer form is {{'heads': int, 'intermediate_size': int}}, got {form!r}")
+    if not all(0 <= form[key] <= full[key] for key in full):
+        raise ValueError(f"the form {form} is larger than the layer the config builds ({full})")
+    heads, width = form["heads"], form["intermediate_size"]
+    prune_layer_(
+        layer,
+        heads=heads if 0 < heads < full["heads"] else None,
+        intermediate_size=width if 0 < width < full["intermediate_size"] else None,
+    )
+    for size, sublayer in ((heads, "attention"), (width, "ffn")):
+        if size == 0:
+            remove_sublayer_(layer, sublayer)
+    return layer
+
+
 def sync_slim(stack: Sequence[nn.Module], config, path: str = "the stack") -> None:
-    """Writes the FFN width and head count of the layers of ``stack`` into ``config`` when every layer has the same
-    (after `prune_layer_`), so that ``save_pretrained`` -> ``from_pretrained`` rebuilds them; warns when they
-    differ (``path`` names the stack in the warning). Does nothing for layouts it does not know or a stack with
-    projected (narrower) layers."""
+    """Describes the layers of ``stack`` (after `prune_layer_` or `remove_sublayer_`) in ``config``, so that the
+    export reloads: when every layer has its attention and its FFN, with one head count and one FFN width, those
+    go into the config (``num_attention_heads`` where the layout prunes heads, its `SlimLayout.ffn_config`), and
+    ``save_pretrained`` -> plain ``from_pretrained`` rebuilds them; otherwise each layer's `layer_form` goes into
+    ``config.theseus_layers`` (`LAYER_FORMS`), the config's sizes kept (at least each layer's), and
+    `load_pretrained` rebuilds them. Does nothing for layouts it does not know or a stack with projected (narrower)
+    layers. ``path`` names the stack in errors."""
     layers = [layer for layer in stack if not isinstance(layer, th.Projected)]
     try:
         layouts = {slim_layout(layer) for layer in layers}
@@ -186,22 +372,64 @@ def sync_slim(stack: Sequence[nn.Module], config, path: str = "the stack") -> No
     if len(layouts) != 1 or len(layers) != len(stack):
         return
     layout = layouts.pop()
-    widths = {layer.get_submodule(layout.ffn_out).in_features for layer in layers}
-    head_counts = {
-        layer.get_submodule(layout.query).out_features // layer.get_submodule(layout.attention).head_dim
-        for layer in layers
-        if layout.query is not None
-    }
-    changes = {}
-    if len(widths) == 1:
-        changes[layout.ffn_config] = widths.pop()
-    if len(head_counts) == 1:
-        changes["num_attention_heads"] = head_counts.pop()
-    if len(widths) > 1 or len(head_counts) > 1:
-        warnings.warn(
-            f"the layers of {path!r} differ in FFN width or head count, which one config cannot describe: "
-            f"the finalized model runs, but save_pretrained -> from_pretrained would not rebuild it",
-            stacklevel=3,
-        )
-    for name, value in changes.items():
-        setattr(config, name, value)
+    forms = [layer_form(layer, config) for layer in layers]
+    uniform = all(form == forms[0] for form in forms) and all(forms[0].values())
+    vars(config).pop(LAYER_FORMS, None)
+    if not uniform:
+        widest = {"heads": config.num_attention_heads, "intermediate_size": getattr(config, layout.ffn_config)}
+        too_wide = [index for index, form in enumerate(forms) if any(form[k] > widest[k] for k in widest)]
+        if too_wide:
+            raise ValueError(
+                f"layers {too_wide} of {path!r} are wider than the config ({widest}), so no form can describe them"
+            )
+        setattr(config, LAYER_FORMS, forms)
+        return
+    setattr(config, layout.ffn_config, forms[0]["intermediate_size"])
+    if layout.query is not None:
+        config.num_attention_heads = forms[0]["heads"]
+
+
+def load_pretrained(directory: str | Path, **kwargs: Any) -> Any:
+    """The transformers model ``save_pretrained`` wrote to ``directory``, its layers as the config describes them.
+
+    Without ``config.theseus_layers`` (every layer of one shape: any model that plain transformers describes) this
+    is ``from_pretrained`` of the class the config names (``config.architectures[0]``). With them (a budget search
+    chose layers of several forms, `sync_slim`): that class built from the config, each layer of its stack shaped by
+    its form (`shape_layer_`: narrowed, a sublayer removed), then the weights loaded by that same
+    ``from_pretrained``, so that ``output_loading_info=True`` reports any missing, unexpected or mismatched key.
+    The model returned is an instance of that class.
+
+    Args:
+        directory: What ``save_pretrained`` wrote.
+        **kwargs: Passed to ``from_pretrained`` (``dtype``, ``output_loading_info``, ...).
+
+    Raises:
+        ValueError: a config that names no transformers class, or forms that do not fit its layer stack.
+    """
+    import transformers
+
+    from .hf_stack import layer_stack
+
+    config = transformers.AutoConfig.from_pretrained(directory)
+    name = next(iter(getattr(config, "architectures", None) or ()), None)
+    model_class = getattr(transformers, name, None) if isinstance(name, str) else None
+    if model_class is None:
+        raise ValueError(f"the config in {directory} names no transformers model class (architectures: {name!r})")
+    if not getattr(config, LAYER_FORMS, None) and not getattr(config.get_text_config(), LAYER_FORMS, None):
+        return model_class.from_pretrained(directory, **kwargs)
+
+    class Shaped(model_class):  # builds as model_class, then shapes the layers before the weights load
+        def __init__(self, config, *args: Any, **options: Any) -> None:
+            super().__init__(config, *args, **options)
+            found = layer_stack(self)
+            layers, stack_config = self.get_submodule(found.path), found.config(self)
+            forms = getattr(stack_config, LAYER_FORMS)
+            if len(forms) != len(layers):
+                raise ValueError(f"config.{LAYER_FORMS} has {len(forms)} forms for {len(layers)} layers")
+            for layer, form in zip(layers, forms, strict=True):
+                shape_layer_(layer, form, stack_config)
+
+    Shaped.__name__ = Shaped.__qualname__ = model_class.__name__
+    loaded = Shaped.from_pretrained(directory, config=config, **kwargs)
+    (loaded[0] if isinstance(loaded, tuple) else loaded).__class__ = model_class  # Shaped adds nothing after init
+    return loaded

@@ -1,22 +1,34 @@
-"""theseus_adapters.hf_candidates: any choice of a budget search reloads in plain transformers."""
+"""theseus_adapters.hf_candidates: a budget search's candidates for transformers layers, and any choice reloads."""
 
 import copy
+import functools
+import tempfile
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from transformers import (
     AutoModelForCausalLM,
     AutoModelForSequenceClassification,
     BertConfig,
     BertForSequenceClassification,
+    DistilBertConfig,
+    DistilBertForSequenceClassification,
+    GPT2Config,
+    GPT2LMHeadModel,
     LlamaConfig,
     LlamaForCausalLM,
 )
 
 import theseus_core as th
-from theseus_adapters import hf, hf_candidates
+from theseus_adapters import hf, hf_candidates, slim
 
 pytest.importorskip("scipy")
+
+FORMS = tuple(hf_candidates.LAYER_FORMS)
+UNIFORM = ("keep", "skip", "one")
+"""The candidates whose every choice keeps the layers of one shape: plain transformers reloads it."""
 
 
 def tiny_llama():
@@ -27,6 +39,7 @@ def tiny_llama():
         num_hidden_layers=6,
         num_attention_heads=4,
         num_key_value_heads=2,
+        tie_word_embeddings=True,
     )
     return LlamaForCausalLM(config).eval()
 
@@ -44,30 +57,183 @@ def tiny_bert():
     return BertForSequenceClassification(config).eval()
 
 
+CASES = {  # builder, the AutoModel class that reloads a uniform choice, the stack
+    "bert": (tiny_bert, AutoModelForSequenceClassification, "bert.encoder.layer"),
+    "llama": (tiny_llama, AutoModelForCausalLM, "model.layers"),
+}
+
+
+def batch(name: str) -> dict:
+    ids = torch.randint(0, 64, (2, 7), generator=torch.Generator().manual_seed(1))
+    return {"input_ids": ids, "use_cache": False} if name == "llama" else {"input_ids": ids}
+
+
+@functools.cache
+def library_of(name: str):
+    """The model of ``name`` (6 layers), and its library over groups of 2, 2, 1 and 1 layers."""
+    torch.manual_seed(0)
+    model = CASES[name][0]()
+    found, hook = hf_candidates.candidates(model, hf.plan(model, 4))
+    return model, th.CandidateLibrary(model, found, example_kwargs=batch(name), on_finalize=hook)
+
+
+def parameters(module: torch.nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_every_group_offers_each_layer_form_with_strictly_fewer_parameters_than_its_first_layer(name):
+    model, library = library_of(name)
+    layers = model.get_submodule(CASES[name][2])
+    assert library.refused == {}
+    assert all(library.names(path) == ["keep", *UNIFORM[1:], *FORMS] for path in library.paths)
+    for path in library.paths:
+        first = layers[int(path.rsplit("[", 1)[1].split(":")[0])]
+        for form in FORMS:
+            assert parameters(library.successors[(path, form)]) < parameters(first), (path, form)
+
+
+def silence_branch_(layer: torch.nn.Module, sublayer: str) -> None:
+    """The reference: the sublayer's residual branch outputs 0 (its output projection's weight and bias zeroed)."""
+    output = {
+        ("BertLayer", "attention"): "attention.output.dense",
+        ("BertLayer", "ffn"): "output.dense",
+        ("LlamaDecoderLayer", "attention"): "self_attn.o_proj",
+        ("LlamaDecoderLayer", "ffn"): "mlp.down_proj",
+    }[(type(layer).__name__, sublayer)]
+    with torch.no_grad():
+        for tensor in layer.get_submodule(output).parameters():
+            tensor.zero_()
+
+
+def run_layer(model: torch.nn.Module, layer: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    kwargs = {}
+    if isinstance(model, LlamaForCausalLM):
+        kwargs["position_embeddings"] = model.model.rotary_emb(hidden, torch.arange(hidden.shape[1])[None])
+    with torch.no_grad():
+        out = layer(hidden, **kwargs)
+    return out[0] if isinstance(out, tuple) else out
+
+
+@settings(max_examples=10, deadline=None)
+@given(name=st.sampled_from(list(CASES)), sublayer=st.sampled_from(slim.SUBLAYERS), seed=st.integers(0, 2**16))
+def test_a_layer_without_a_sublayer_computes_exactly_the_original_with_that_branch_set_to_zero(name, sublayer, seed):
+    """Post-LN (BERT): the sublayer's norm stays and sees its input + 0; pre-LN (Llama): the sublayer and the norm
+    before it go, the residual stream passes on. Either way the original with the branch's output zeroed."""
+    model, _ = library_of(name)
+    original = model.get_submodule(CASES[name][2])[1]
+    reference, removed = copy.deepcopy(original), slim.remove_sublayer_(copy.deepcopy(original), sublayer)
+    silence_branch_(reference, sublayer)
+    hidden = torch.randn(2, 5, 32, generator=torch.Generator().manual_seed(seed))
+    torch.testing.assert_close(run_layer(model, removed, hidden), run_layer(model, reference, hidden), rtol=0, atol=0)
+    kept = dict(removed.named_parameters())
+    assert set(kept) < set(dict(original.named_parameters()))  # what only the sublayer used went, nothing else
+    assert slim.layer_form(removed, model.config)["heads" if sublayer == "attention" else "intermediate_size"] == 0
+
+
+@settings(max_examples=15, deadline=None)
+@given(name=st.sampled_from(list(CASES)), fraction=st.floats(0.0, 1.0), seed=st.integers(0, 2**16))
+def test_a_narrower_ffn_computes_the_original_with_the_dropped_neurons_silenced(name, fraction, seed):
+    """``ffn_half`` / ``ffn_quarter`` are `slim.prune_layer_` at a half / a quarter of the width: at any width the
+    layer computes what the original does with the neurons it dropped silenced; at full width, exactly that."""
+    model, _ = library_of(name)
+    original = model.get_submodule(CASES[name][2])[1]
+    layout = slim.slim_layout(original)
+    full = original.get_submodule(layout.ffn_out).in_features
+    width = max(1, round(fraction * full))
+    narrow = slim.prune_layer_(copy.deepcopy(original), intermediate_size=width)
+    rows = original.get_submodule(layout.ffn_in[0]).weight
+    kept = [int((rows == row).all(1).nonzero()[0]) for row in narrow.get_submodule(layout.ffn_in[0]).weight]
+    reference = copy.deepcopy(original)
+    with torch.no_grad():
+        reference.get_submodule(layout.ffn_out).weight[:, sorted(set(range(full)) - set(kept))] = 0
+    hidden = torch.randn(2, 5, 32, generator=torch.Generator().manual_seed(seed))
+    exact = {"rtol": 0, "atol": 0} if width == full else {}
+    torch.testing.assert_close(run_layer(model, narrow, hidden), run_layer(model, reference, hidden), **exact)
+    forms = {form: hf_candidates.LAYER_FORMS[form](copy.deepcopy(original)) for form in ("ffn_half", "ffn_quarter")}
+    assert [slim.layer_form(layer, model.config)["intermediate_size"] for layer in forms.values()] == [
+        full // 2,
+        full // 4,
+    ]
+
+
+@settings(max_examples=20, deadline=None)
+@given(name=st.sampled_from(list(CASES)), data=st.data())
+def test_any_choice_finalizes_into_a_model_that_load_pretrained_rebuilds_strictly_with_equal_outputs(name, data):
+    """The stack is spliced (``keep``: the group's layers, ``skip``: none, any other: one layer), each layer
+    renumbered; the config describes the layers (one shape: in its own fields, which plain transformers reads;
+    several: `slim.LAYER_FORMS`), and `hf.load_pretrained` rebuilds the model as its plain class, every key matched."""
+    model, library = library_of(name)
+    _, auto, stack = CASES[name]
+    choice = {path: data.draw(st.sampled_from(library.names(path)), label=path) for path in library.paths}
+    inputs = batch(name)
+    finalized = th.replace_(copy.deepcopy(model), library.plan(choice), example_kwargs=inputs).finalize().eval()
+    layers = finalized.get_submodule(stack)
+    sizes = {path: int(path.split(":")[1][:-1]) - int(path.rsplit("[", 1)[1].split(":")[0]) for path in choice}
+    assert (
+        len(layers)
+        == finalized.config.num_hidden_layers
+        == sum(sizes[path] if chosen == "keep" else 0 if chosen == "skip" else 1 for path, chosen in choice.items())
+    )
+    positions = [vars(m)["layer_idx"] for layer in layers for m in layer.modules() if "layer_idx" in vars(m)]
+    assert positions == list(range(len(layers)))  # one per layer (its attention or what stands for it): renumbered
+    forms = [slim.layer_form(layer, finalized.config) for layer in layers]
+    uniform = all(form == forms[0] for form in forms) and all(all(form.values()) for form in forms)
+    assert getattr(finalized.config, slim.LAYER_FORMS, None) == (None if uniform else forms)
+    if set(choice.values()) <= set(UNIFORM):
+        assert uniform
+    with tempfile.TemporaryDirectory() as directory:
+        finalized.save_pretrained(directory)
+        reloaded, info = hf.load_pretrained(directory, output_loading_info=True)
+        plain = auto.from_pretrained(directory, output_loading_info=True) if uniform else None
+    assert type(reloaded) is type(finalized)
+    assert not any(info[kind] for kind in ("missing_keys", "unexpected_keys", "mismatched_keys"))
+    hf.layer_stack(reloaded)  # a searched model can be planned again
+    with torch.no_grad():
+        expected = finalized(**inputs).logits
+        torch.testing.assert_close(reloaded.eval()(**inputs).logits, expected)
+        if plain is not None:
+            assert not any(plain[1][kind] for kind in ("missing_keys", "unexpected_keys", "mismatched_keys"))
+            torch.testing.assert_close(plain[0].eval()(**inputs).logits, expected)
+
+
+def test_a_decoder_whose_first_layer_has_no_attention_generates_with_its_cache_as_without():
+    """Transformers reads the cached length and the masks' sizes from layer 0's cache slot: the layer without
+    attention keeps it counting, so a padded batch generates the same tokens with the cache and without."""
+    model, library = library_of("llama")
+    choice = dict.fromkeys(library.paths, "one") | {library.paths[0]: "no_attention"}
+    finalized = th.replace_(copy.deepcopy(model), library.plan(choice), example_kwargs=batch("llama")).finalize()
+    ids = torch.randint(3, 64, (2, 6), generator=torch.Generator().manual_seed(2))
+    mask = torch.ones_like(ids)
+    ids[0, :3], mask[0, :3] = 0, 0  # left padding
+    options = {"attention_mask": mask, "do_sample": False, "max_new_tokens": 6, "pad_token_id": 0}
+    with torch.no_grad():
+        cached = finalized.eval().generate(ids, use_cache=True, **options)
+        uncached = finalized.generate(ids, use_cache=False, **options)
+    assert torch.equal(cached, uncached)
+
+
 @pytest.mark.parametrize(
-    ("build", "auto", "layers"),
+    ("make", "refused", "message"),
     [
-        (tiny_llama, AutoModelForCausalLM, "model.layers"),
-        (tiny_bert, AutoModelForSequenceClassification, "bert.encoder.layer"),
+        (
+            lambda: GPT2LMHeadModel(GPT2Config(n_embd=16, n_layer=4, n_head=2, vocab_size=64)),
+            FORMS,
+            "is laid out as none of theseus_adapters.slim.SLIM_LAYOUTS",
+        ),
+        (
+            lambda: DistilBertForSequenceClassification(
+                DistilBertConfig(vocab_size=64, dim=32, n_layers=4, n_heads=2, hidden_dim=48)
+            ),
+            ("no_attention", "no_ffn"),
+            "cannot remove its",
+        ),
     ],
 )
-def test_a_chosen_mix_of_kept_skipped_and_copied_groups_reloads_with_equal_outputs(build, auto, layers, tmp_path):
-    torch.manual_seed(0)
-    model = build()
-    ids = torch.randint(0, 64, (2, 7))
-    found, hook = hf_candidates.candidates(model, hf.plan(model, 3))
-    library = th.CandidateLibrary(model, found, example_inputs=[(ids,)], on_finalize=hook)
-    paths = library.paths
-    assert all(set(library.names(path)) == {"keep", "skip", "one"} for path in paths)
-    choice = dict(zip(paths, ["keep", "skip", "one"], strict=True))  # 2 kept layers, none, one copied
-    compressed = copy.deepcopy(model)
-    theseus = th.replace_(compressed, library.plan(choice), example_inputs=[(ids,)])
-    finalized = theseus.finalize().eval()
-    stack = finalized.get_submodule(layers)
-    assert len(stack) == 3 and finalized.config.num_hidden_layers == 3
-    indices = [module.layer_idx for layer in stack for module in layer.modules() if hasattr(module, "layer_idx")]
-    assert sorted(set(indices)) == [0, 1, 2]  # renumbered for the KV cache
-    finalized.save_pretrained(tmp_path)
-    reloaded = auto.from_pretrained(tmp_path).eval()
-    with torch.no_grad():
-        torch.testing.assert_close(reloaded(ids).logits, finalized(ids).logits)
+def test_a_layout_that_cannot_take_a_form_leaves_it_out_of_every_group_in_one_line(make, refused, message):
+    model = make().eval()
+    found, hook = hf_candidates.candidates(model, hf.plan(model, 2))
+    library = th.CandidateLibrary(model, found, example_inputs=[(torch.randint(0, 64, (2, 7)),)], on_finalize=hook)
+    assert {name for _, name in library.refused} == set(refused)
+    assert all(message in reason and "\n" not in reason for reason in library.refused.values())
+    assert all(set(library.names(path)) == {"keep", "skip", "one", *FORMS} - set(refused) for path in library.paths)

@@ -292,8 +292,9 @@ class CausalLMTask:
         return hf.plan(model, self.options.num_layers, init=init, group_sizes=group_sizes)
 
     def candidates(self, model: nn.Module) -> tuple[dict[str, list[th.ModuleSpec]], Any]:
-        """`OffersCandidates`: per group of the plan, ``keep``, ``skip`` and ``one`` (the plan's copied layer)
-        (`theseus_adapters.hf_candidates`): the search chooses which layers a decoder keeps."""
+        """`OffersCandidates`: per group of the plan, ``keep``, ``skip``, ``one`` (the plan's copied layer) and one
+        layer without attention, without FFN, or with a half or a quarter of its FFN
+        (`theseus_adapters.hf_candidates`): the search chooses which layers a decoder keeps, and in what form."""
         from theseus_adapters import hf_candidates
 
         return hf_candidates.candidates(model, self.plan(model))
@@ -357,9 +358,10 @@ class CausalLMTask:
         raise ExportRefusedError("the causal_lm family deploys to llama.cpp (GGUF), not ONNX: see `make bench-deploy`")
 
     def export(self, model: nn.Module, directory: Path) -> list[Path]:
-        """``save_pretrained`` of the model and the tokenizer: ``AutoModelForCausalLM`` loads it with every key and
-        computes what ``model`` does, or the export refuses (`theseus_zoo.tasks.exported.hold_export`)."""
-        from transformers import AutoModelForCausalLM
+        """``save_pretrained`` of the model and the tokenizer: ``AutoModelForCausalLM`` loads it (a budget search's
+        layers of several forms: `theseus_adapters.hf.load_pretrained`) with every key and computes what ``model``
+        does, or the export refuses (`theseus_zoo.tasks.exported.hold_export`)."""
+        from theseus_adapters.hf import load_pretrained
 
         from .exported import hold_export, strictly
 
@@ -367,5 +369,5 @@ class CausalLMTask:
         model.save_pretrained(directory)
         self.tokenizer().save_pretrained(directory)
         files = sorted(path for path in directory.iterdir() if path.is_file())
-        reload = lambda: strictly(AutoModelForCausalLM.from_pretrained(directory, output_loading_info=True))  # noqa: E731
+        reload = lambda: strictly(load_pretrained(directory, output_loading_info=True))  # noqa: E731
         return hold_export(files, model, reload, self.forward, self.latency_batch())

@@ -294,7 +294,8 @@ class TextClassificationTask(TextData):
         return {**metrics, "score": task_score(self.glue, results) if split != "dev" else results[names[0]]["score"]}
 
     def candidates(self, model: nn.Module) -> tuple[dict[str, list[th.ModuleSpec]], Any]:
-        """`OffersCandidates`: per group of the plan, ``keep``, ``skip`` and ``one`` (the plan's successor)
+        """`OffersCandidates`: per group of the plan, ``keep``, ``skip``, ``one`` (the plan's successor) and one
+        layer without attention, without FFN, or with a half or a quarter of its FFN
         (`theseus_adapters.hf_candidates`). Not with ``quantize``, whose extra group is the embeddings."""
         if self.quantize is not None:
             raise ValueError(
@@ -445,7 +446,8 @@ class TextClassificationTask(TextData):
         return exports
 
     def export(self, model: nn.Module, directory: Path) -> list[Path]:
-        """``save_pretrained`` of the model and the tokenizer: ``AutoModelForSequenceClassification`` loads it. A
+        """``save_pretrained`` of the model and the tokenizer: ``AutoModelForSequenceClassification`` loads it (a
+        budget search's layers of several forms: `theseus_adapters.hf.load_pretrained`, `load_exported`). A
         quantized model is written by `theseus_quant.save_quantized` instead (2 or 1 bits a weight plus scales, and
         ``quantization.json``) with its config and the tokenizer; `load_exported` rebuilds it. Either reloads with
         every key and computes what ``model`` does, or the export refuses (`theseus_zoo.tasks.exported.hold_export`)."""
@@ -472,13 +474,15 @@ def _quantized_layers(model: nn.Module, ternary_only: bool = False) -> dict[str,
 def load_exported(directory: str | Path) -> nn.Module:
     """The model `TextClassificationTask.export` wrote to ``directory``: a quantized export rebuilt as it was
     trained (the same quantized, split and binarized layers, `theseus_quant.load_quantized`: the same outputs bit
-    for bit), else ``AutoModelForSequenceClassification.from_pretrained``. Its inputs are the tokenizer's, saved
-    beside it."""
+    for bit), else `theseus_adapters.hf.load_pretrained` (plain ``from_pretrained`` unless a budget search chose
+    layers of several forms), strictly. Its inputs are the tokenizer's, saved beside it."""
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
     directory = Path(directory)
     if not (directory / QUANTIZATION).exists():
-        return strictly(AutoModelForSequenceClassification.from_pretrained(directory, output_loading_info=True))
+        from theseus_adapters.hf import load_pretrained
+
+        return strictly(load_pretrained(directory, output_loading_info=True))
     from theseus_quant import load_quantized
 
     config = AutoConfig.from_pretrained(directory)
