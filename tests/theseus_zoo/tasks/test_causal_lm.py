@@ -10,6 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM, BertTokenizerFast, LlamaConfig, LlamaForCausalLM
 
 import theseus_core as th
+from theseus_adapters import hf
 from theseus_zoo import cli
 from theseus_zoo.data.assets import MissingAssetError, asset_path
 from theseus_zoo.recipes import causal_lm as causal_lm_recipes
@@ -240,13 +241,32 @@ def test_the_smollm2_asset_generates_sensible_text():
     assert tokenizer.decode(tokens[0, inputs["input_ids"].shape[1] :]).startswith(" Paris")
 
 
+def test_a_searched_decoder_with_layers_of_several_forms_exports_and_generates_as_before(tiny_model, corpus, tmp_path):
+    """A layer without attention first, one without FFN, and a quarter FFN: the export holds (`hold_export` reloads it
+    with `hf.load_pretrained`, strictly), and the reload generates the tokens the finalized model does."""
+    pytest.importorskip("scipy")
+    task = build_task("causal_lm", options(tiny_model, corpus, num_layers=3), 0)
+    model = task.build_predecessor().eval()
+    offered, hook = task.candidates(model)
+    inputs = task.example_inputs()[1]
+    library = th.CandidateLibrary(model, offered, example_kwargs=inputs, on_finalize=hook)
+    choice = dict(zip(library.paths, ["no_attention", "no_ffn", "ffn_quarter"], strict=True))
+    finalized = th.replace_(model, library.plan(choice), example_kwargs=inputs).finalize().eval()
+    task.export(finalized, tmp_path / "model")
+    reloaded = hf.load_pretrained(tmp_path / "model").eval()
+    ids = task.dataset("test")[:2, :6]
+    with torch.no_grad():
+        tokens = [m.generate(ids, do_sample=False, max_new_tokens=4, pad_token_id=0) for m in (finalized, reloaded)]
+    assert torch.equal(*tokens)
+
+
 def test_a_budget_on_a_decoder_exports_the_layers_chosen_and_renumbers_them(tiny_model, corpus, tmp_path):
     pytest.importorskip("scipy")
     overrides = {"options": options(tiny_model, corpus), "methods": ["theseus", "truncated"]}
     assert compress(tmp_path, {**overrides, "budget": {"params": 0.9, "steps": 3}}) == 0
     search = json.loads((tmp_path / "run" / "report.json").read_text())["search"]
-    exported = AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "model")
+    exported = hf.load_pretrained(tmp_path / "run" / "model")  # plain from_pretrained when the layers are alike
     layers = len(exported.model.layers)
     assert exported.config.num_hidden_layers == layers and layers >= 1
-    assert [layer.self_attn.layer_idx for layer in exported.model.layers] == list(range(layers))
+    assert [layer.self_attn.layer_idx for layer in exported.model.layers] == list(range(layers))  # or its stand-in
     assert search["params_ratio"] == pytest.approx(search["predicted_ratio"], rel=1e-9)

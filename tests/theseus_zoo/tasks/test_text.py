@@ -13,6 +13,7 @@ from transformers import (
     BertTokenizerFast,
 )
 
+import theseus_core as th
 from theseus_zoo import cli
 from theseus_zoo.recipes import text as text_recipes
 from theseus_zoo.tasks import text
@@ -355,7 +356,33 @@ def test_a_class_with_few_examples_is_warned_on_the_console_and_in_the_report(ti
     assert recipe.description.endswith(f" Warning: {warning}.")  # the second line of report.md
 
 
-def test_a_budget_on_bert_exports_a_plain_transformers_model_of_the_layers_chosen(tiny_model, tmp_path):
+@pytest.mark.parametrize("intermediate_size", [None, 24])
+def test_a_searched_bert_with_layers_of_several_forms_exports_and_reloads_through_load_exported(
+    tiny_model, tmp_path, intermediate_size
+):
+    """Kept layers beside a layer without attention and the plan's own successor (slim or not): the export holds
+    (`hold_export` reloads it with `text.load_exported`, strictly) and computes the same logits."""
+    pytest.importorskip("scipy")
+    options = {"model": str(tiny_model), "dataset": "glue/sst2", "data_dir": str(write_glue(tmp_path, "sst2"))}
+    task = text.TextClassificationTask({**options, "num_layers": 3, "intermediate_size": intermediate_size}, 0)
+    model = task.build_predecessor().eval()
+    offered, hook = task.candidates(model)
+    inputs = task.example_inputs()[1]
+    library = th.CandidateLibrary(model, offered, example_kwargs=inputs, on_finalize=hook)
+    choice = dict(zip(library.paths, ["keep", "no_attention", "one"], strict=True))  # groups of 2, 1 and 1 layers
+    finalized = th.replace_(model, library.plan(choice), example_kwargs=inputs).finalize().eval()
+    assert [form["heads"] for form in finalized.config.theseus_layers] == [4, 4, 0, 4]
+    task.export(finalized, tmp_path / "model")
+    with torch.no_grad():
+        torch.testing.assert_close(
+            text.load_exported(tmp_path / "model").eval()(**inputs).logits, finalized(**inputs).logits
+        )
+
+
+def test_a_budget_on_bert_exports_a_transformers_model_of_the_layers_chosen(tiny_model, tmp_path):
+    """Whatever the search chose (the layers of a group, none, or one layer in any form), the export is a
+    transformers model that `hf.load_pretrained` rebuilds strictly (plain ``from_pretrained`` when its layers have
+    one shape) with a layer per layer kept."""
     pytest.importorskip("scipy")
     options = {"model": str(tiny_model), "dataset": "glue/sst2", "data_dir": str(write_glue(tmp_path, "sst2"))}
     config = tmp_path / "budget.json"
@@ -383,6 +410,8 @@ def test_a_budget_on_bert_exports_a_plain_transformers_model_of_the_layers_chose
     ]
     assert cli.main([*args, "--methods", "theseus,truncated"]) == 0
     search = json.loads((out / "report.json").read_text())["search"]
-    exported = AutoModelForSequenceClassification.from_pretrained(out / "model")
+    exported = text.load_exported(out / "model")
     kept = sum(2 if name == "keep" else 0 if name == "skip" else 1 for name in search["chosen"].values())
     assert exported.config.num_hidden_layers == kept == len(exported.bert.encoder.layer)
+    if set(search["chosen"].values()) <= {"keep", "skip", "one"}:
+        AutoModelForSequenceClassification.from_pretrained(out / "model")
