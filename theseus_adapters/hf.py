@@ -24,9 +24,11 @@ the same tokens.
 
 Slim successors: ``plan(model, heads=..., intermediate_size=...)`` prunes each successor copy to fewer
 heads and a smaller FFN at the same hidden size (`theseus_adapters.slim.prune_layer_`, by weight magnitude), and
-finalize writes the new sizes into the config. The successors come from the registry: `layer_successor` is
-registered for transformers' ``GradientCheckpointingLayer`` (the base of most layers) and ``MPNetLayer``; a user's
-registration for a layer type (``BertLayer``) wins.
+finalize writes the new sizes into the config. Layers of several shapes (a budget search's choice,
+`theseus_adapters.hf_candidates`: some without attention or FFN, FFNs of several widths) are listed one form per
+layer in ``config.theseus_layers``, and `load_pretrained` rebuilds them. The successors come from the registry:
+`layer_successor` is registered for transformers' ``GradientCheckpointingLayer`` (the base of most layers) and
+``MPNetLayer``; a user's registration for a layer type (``BertLayer``) wins.
 
 Refused, with the reason, before anything changes (`ValueError`): stacks whose layers change kind from each
 layer to the next (Gemma2's sliding and full attention, Reformer), whose layers' computation depends on their
