@@ -408,26 +408,35 @@ def load_pretrained(directory: str | Path, **kwargs: Any) -> Any:
     """
     import transformers
 
-    from .hf_stack import layer_stack
+    from .hf_stack import STACK_NAMES, layer_stack
 
     config = transformers.AutoConfig.from_pretrained(directory)
     name = next(iter(getattr(config, "architectures", None) or ()), None)
     model_class = getattr(transformers, name, None) if isinstance(name, str) else None
     if model_class is None:
         raise ValueError(f"the config in {directory} names no transformers model class (architectures: {name!r})")
-    if not getattr(config, LAYER_FORMS, None) and not getattr(config.get_text_config(), LAYER_FORMS, None):
+    forms = getattr(config, LAYER_FORMS, None) or getattr(config.get_text_config(), LAYER_FORMS, None)
+    if not forms:
         return model_class.from_pretrained(directory, **kwargs)
 
     class Shaped(model_class):  # builds as model_class, then shapes the layers before the weights load
         def __init__(self, config, *args: Any, **options: Any) -> None:
             super().__init__(config, *args, **options)
-            found = layer_stack(self)
-            layers, stack_config = self.get_submodule(found.path), found.config(self)
-            forms = getattr(stack_config, LAYER_FORMS)
-            if len(forms) != len(layers):
-                raise ValueError(f"config.{LAYER_FORMS} has {len(forms)} forms for {len(layers)} layers")
-            for layer, form in zip(layers, forms, strict=True):
-                shape_layer_(layer, form, stack_config)
+            paths = [  # the stack the forms describe: a search may have left it one layer, which finders skip
+                path
+                for path, module in self.named_modules()
+                if isinstance(module, nn.ModuleList)
+                and path.rsplit(".", 1)[-1] in STACK_NAMES
+                and len(module) == len(forms)
+            ]
+            if len(paths) != 1:
+                raise ValueError(
+                    f"config.{LAYER_FORMS} lists {len(forms)} layer forms, and {type(self).__name__} has "
+                    f"{len(paths)} layer stacks of that length ({paths}): which one it describes is unclear"
+                )
+            found = layer_stack(self, paths[0])
+            for layer, form in zip(self.get_submodule(found.path), forms, strict=True):
+                shape_layer_(layer, form, found.config(self))
 
     Shaped.__name__ = Shaped.__qualname__ = model_class.__name__
     loaded = Shaped.from_pretrained(directory, config=config, **kwargs)
