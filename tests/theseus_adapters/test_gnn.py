@@ -252,7 +252,7 @@ def test_gat_groups_replaced_by_gcn_layers_stay_a_stepped_gnn() -> None:
     buffer.seek(0)
     reloaded = torch.load(buffer, weights_only=False)
     assert torch.equal(run(reloaded, args, kwargs, training=False), expected)
-    with pytest.raises(ValueError, match="GCNConv, not a GATConv"):
+    with pytest.raises(ValueError, match="GCNConv, neither a GATConv"):
         gnn.from_steps_(compact)
 
 

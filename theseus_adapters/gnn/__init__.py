@@ -25,26 +25,40 @@ gives the original structure, state_dict (keys, order, values) and conv/norm mod
     theseus.finalize()  # the plan's on_finalize converts back: a GCN with num_layers=2
     # or: theseus.restore(); gnn.from_steps_(model)  -> the original model, bit-identical
 
+For a budget search (`theseus_core.search`), `candidates` offers per group ``keep``, ``skip``, ``one`` and two
+cheaper layers (`theseus_adapters.gnn.layers`: `NodeLinear`, no message passing; `MeanConv`, a plain mean over
+the neighbours). A ``BasicGNN`` holding them converts back into its class; `export_config` describes it and
+`build_from_config` rebuilds it.
+
 While stepped, a ``BasicGNN`` is a `SteppedGNN` (its class is swapped, as ``torch.nn.utils.parametrize``
 does, and swapped back by `from_steps_`); a ``Sequential`` keeps its class and gets one `GNNStack` child.
 """
 
-from .candidates import candidates, flatten_steps
+from .candidates import candidates, flatten_steps, layer_successor, nodewise_weights
 from .convert import from_steps_, to_steps_
+from .layers import LAYER_KINDS, LAYERS, MeanConv, NodeLinear, build_from_config, export_config
 from .planning import conv_successor, copy_step, plan
 from .steps import BASIC_GNN_INPUTS, LAYER_OUTPUTS, GNNStack, GNNStep, SteppedGNN
 
 __all__ = [
     "BASIC_GNN_INPUTS",
+    "LAYERS",
+    "LAYER_KINDS",
     "LAYER_OUTPUTS",
     "GNNStack",
     "GNNStep",
+    "MeanConv",
+    "NodeLinear",
     "SteppedGNN",
+    "build_from_config",
     "candidates",
     "conv_successor",
     "copy_step",
+    "export_config",
     "flatten_steps",
     "from_steps_",
+    "layer_successor",
+    "nodewise_weights",
     "plan",
     "to_steps_",
 ]

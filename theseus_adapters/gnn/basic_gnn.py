@@ -11,8 +11,11 @@ from typing import Any
 from torch import nn
 from torch_geometric.nn.models.basic_gnn import BasicGNN
 
+from .layers import LAYERS
 from .records import _finish_conversion, _has_state, _Record, _shared_modules, _unshare
 from .steps import BASIC_GNN_INPUTS, GNNStack, GNNStep, SteppedGNN, _Function, _layout
+
+_LAYER_TYPES = tuple(LAYERS.values())
 
 
 @dataclass
@@ -20,7 +23,7 @@ from .steps import BASIC_GNN_INPUTS, GNNStack, GNNStep, SteppedGNN, _Function, _
 class _BasicGNNRecord(_Record):
     cls: type[BasicGNN]
     module_order: tuple[str, ...]
-    conv_type: type[nn.Module]
+    conv_type: type[nn.Module]  # the class's own conv kind: every layer is one, or one of LAYERS
     post_layout: tuple[Any, ...]  # layout of a step with post-processing, for checking successors
 
 
@@ -58,7 +61,9 @@ def _basic_gnn_to_steps(model: BasicGNN) -> None:
         unshared=_unshare(steps, shared),
         cls=type(model),
         module_order=tuple(model._modules),
-        conv_type=type(model.convs[0]),
+        conv_type=next(
+            (type(conv) for conv in model.convs if not isinstance(conv, _LAYER_TYPES)), type(model.convs[0])
+        ),
         post_layout=post_layout,
     )
     children: OrderedDict[str, nn.Module | None] = OrderedDict()
@@ -98,10 +103,11 @@ def _basic_gnn_from_steps(model: nn.Module, record: _BasicGNNRecord) -> str | No
     for index, step in enumerate(steps):
         if not isinstance(step, GNNStep):
             return f"layer {index} is a {type(step).__name__} (a successor with projections), not a plain GNNStep"
-        if type(step.conv) is not record.conv_type:
+        if type(step.conv) is not record.conv_type and not isinstance(step.conv, _LAYER_TYPES):
             return (
-                f"layer {index} is a {type(step.conv).__name__}, not a {record.conv_type.__name__} like the rest of "
-                f"this {record.cls.__name__}"
+                f"layer {index} is a {type(step.conv).__name__}, neither a {record.conv_type.__name__} like the rest "
+                f"of this {record.cls.__name__} nor one of the layers {', '.join(LAYERS)} "
+                f"(theseus_adapters.gnn.layers)"
             )
         expected = record.post_layout if index < len(steps) - 1 or jk else ()
         if step.conv_args != ("edge_index",) or step.conv_kwargs != kwargs or _layout(step) != expected:

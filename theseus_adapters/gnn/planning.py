@@ -62,6 +62,19 @@ def copy_step(steps: list[GNNStep]) -> GNNStep:
 register_successor(GNNStep, fallback=True)(copy_step)
 
 
+def _step_around(conv: nn.Module, template: GNNStep) -> GNNStep:
+    """A step of ``conv`` followed by copies of ``template``'s post-processing, called as ``template`` calls its conv:
+    ``edge_index`` first, and the keyword inputs of ``template`` that ``conv.forward`` takes."""
+    takes = _forward_parameters(conv)
+    return GNNStep(
+        conv,
+        [copy.deepcopy(module) for module in template.post],
+        conv_args=template.conv_args[:1],
+        conv_kwargs=[name for name in template.conv_kwargs if name in takes],
+        post_args=template.post_args,
+    )
+
+
 class conv_successor:  # noqa: N801 - used like a function: successor=conv_successor(...)
     """Successor factory: one new message-passing layer of any kind, with the group's post-processing.
 
@@ -84,15 +97,7 @@ class conv_successor:  # noqa: N801 - used like a function: successor=conv_succe
         in_channels, out_channels = steps[0].in_channels, steps[-1].out_channels
         if in_channels is None or out_channels is None:
             raise ValueError("the group's widths are unknown (lazy in_channels=-1?); write the successor factory")
-        conv = self.make_conv(in_channels, out_channels)
-        takes = _forward_parameters(conv)
-        return GNNStep(
-            conv,
-            [copy.deepcopy(module) for module in template.post],
-            conv_args=template.conv_args[:1],
-            conv_kwargs=[name for name in template.conv_kwargs if name in takes],
-            post_args=template.post_args,
-        )
+        return _step_around(self.make_conv(in_channels, out_channels), template)
 
     def __repr__(self) -> str:
         return f"conv_successor({getattr(self.make_conv, '__qualname__', self.make_conv)!r})"
@@ -155,9 +160,10 @@ def plan(
     becomes one successor layer, so the finalized model has ``num_layers`` layers. ``finalize()`` then
     converts back (the plan's ``on_finalize``): a ``BasicGNN`` of the original class when every successor is a
     plain `GNNStep` with the model's conv type, so its state_dict loads with ``strict=True`` into
-    ``type(model)(..., num_layers=num_layers)``; otherwise (another conv kind, projections) the model stays a
-    working `SteppedGNN`. A ``Sequential`` always becomes an ordinary ``Sequential`` again (projections become
-    children of their own) unless a successor is not a `GNNStep`.
+    ``type(model)(..., num_layers=num_layers)``, or with one of the layers of `theseus_adapters.gnn.layers` (then
+    ``build_from_config(type(model), export_config(model, kwargs))`` rebuilds it); otherwise (another conv kind,
+    projections) the model stays a working `SteppedGNN`. A ``Sequential`` always becomes an ordinary
+    ``Sequential`` again (projections become children of their own) unless a successor is not a `GNNStep`.
 
     Args:
         model: The model holding exactly one GNN converted by `to_steps_` (the GNN itself or a parent).
