@@ -3,7 +3,8 @@
 Family ``"gnn"``. The predecessor, a deep GCN or GraphSAGE (6 layers), is fine-tuned on the graph, then
 `theseus_adapters.gnn` compresses it to a few layers (2), each successor layer starting as a copy of its group's
 first layer (the group that ends the model copies the last layer, which maps to the classes). The exported
-model is an ordinary ``torch_geometric.nn`` model::
+model is an ordinary ``torch_geometric.nn`` model (a budget search that chose layers of another kind lists them in
+the config, and `load_exported` rebuilds it)::
 
     theseus fetch polblogs
     theseus compress --recipe gcn-polblogs --out runs/gcn-polblogs
@@ -73,6 +74,21 @@ MODELS = {"gcn": "GCN", "sage": "GraphSAGE", "gin": "GIN", "gat": "GAT"}
 
 GraphBatch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 """``(x, edge_index, nodes, labels)``: the whole graph and the nodes whose loss counts, with their labels."""
+
+
+def load_exported(directory: str | Path, model: str = "gcn") -> nn.Module:
+    """The model `GraphTask.export` wrote in ``directory`` for the ``model`` option (`MODELS`), loaded with
+    ``strict=True``, in eval mode: ``torch_geometric.nn.GCN(**config)`` (``GraphSAGE`` for ``"sage"``, ...), with the
+    layers a budget search put in place of convs when the config lists them (``"theseus_layers"``:
+    `theseus_adapters.gnn.build_from_config`)."""
+    import torch_geometric.nn
+
+    from theseus_adapters import gnn
+
+    directory = Path(directory)
+    config = json.loads((directory / "config.json").read_text())
+    weights = torch.load(directory / "model.pt", weights_only=True)
+    return gnn.build_from_config(getattr(torch_geometric.nn, MODELS[model]), config, weights).eval()
 
 
 @dataclass(frozen=True)
@@ -240,8 +256,9 @@ class GraphTask:
         return gnn.plan(model, num_layers=self.num_layers, group_sizes=self.group_sizes)
 
     def candidates(self, model: nn.Module) -> tuple[dict[str, list[th.ModuleSpec]], Any]:
-        """`OffersCandidates`: per group of the plan, ``keep``, ``skip`` (where the width allows) and ``one`` (the
-        plan's copied layer); converts ``model`` to the stepped form in place, as `plan` does
+        """`OffersCandidates`: per group of the plan, ``keep``, ``skip`` (where the width allows), ``one`` (the
+        plan's copied layer), ``linear`` (no message passing) and ``mean`` (an unnormalised mean over the
+        neighbours); converts ``model`` to the stepped form in place, as `plan` does
         (`theseus_adapters.gnn.candidates`)."""
         from theseus_adapters import gnn
 
@@ -271,15 +288,10 @@ class GraphTask:
     def export_onnx(self, model_dir: Path, out: Path) -> list[Any]:
         """`ExportsOnnx`: ``model.onnx``, inputs ``x`` ``[nodes, features]`` and ``edge_index`` ``[2, edges]``, output
         ``logits`` per node."""
-        import torch_geometric.nn
-
         from ..export.onnx import NodeModel, export_onnx, random_graph
 
-        config = json.loads((model_dir / "config.json").read_text())
-        model = getattr(torch_geometric.nn, MODELS[self.model_name])(**config)
-        model.load_state_dict(torch.load(model_dir / "model.pt", weights_only=True), strict=True)
-        model.eval()
-        features = config["in_channels"]
+        model = load_exported(model_dir, self.model_name)
+        features = json.loads((model_dir / "config.json").read_text())["in_channels"]
         axes = {"x": {0: "nodes"}, "edge_index": {1: "edges"}}
         others = [random_graph(7, features, 12, seed=1), random_graph(50, features, 300, seed=2)]
         graph = random_graph(20, features, 60)
@@ -287,21 +299,21 @@ class GraphTask:
 
     def export(self, model: nn.Module, directory: Path) -> list[Path]:
         """``model.pt`` (a state_dict) and ``config.json``: ``torch_geometric.nn.<MODELS[model]>(**config)`` loads it
-        with ``strict=True`` (``GCN`` for ``"gcn"``, ``GraphSAGE`` for ``"sage"``, ...), and computes what ``model``
-        does, or the export refuses (`theseus_zoo.tasks.exported.hold_export`)."""
+        with ``strict=True`` (``GCN`` for ``"gcn"``, ``GraphSAGE`` for ``"sage"``, ...); when a budget search put
+        layers of another kind in place of convs, the config lists them (``"theseus_layers"``,
+        `theseus_adapters.gnn.export_config`) and `load_exported` rebuilds it. The reloaded model computes what
+        ``model`` does, or the export refuses (`theseus_zoo.tasks.exported.hold_export`)."""
         import torch_geometric.nn
+
+        from theseus_adapters import gnn
 
         expected = getattr(torch_geometric.nn, MODELS[self.model_name])
         if type(model) is not expected:
             raise ValueError(f"the compressed model is a {type(model).__name__}, not a {expected.__name__}")
+        described = gnn.export_config(model, self.config(model.num_layers))
         directory.mkdir(parents=True, exist_ok=True)
         weights, config = directory / "model.pt", directory / "config.json"
         torch.save(model.state_dict(), weights)
-        config.write_text(json.dumps(self.config(model.num_layers), indent=2) + "\n")
-
-        def reload() -> nn.Module:
-            reloaded = expected(**json.loads(config.read_text()))
-            reloaded.load_state_dict(torch.load(weights, weights_only=True), strict=True)
-            return reloaded
-
+        config.write_text(json.dumps(described, indent=2) + "\n")
+        reload = lambda: load_exported(directory, self.model_name)  # noqa: E731 - strict
         return hold_export([weights, config], model, reload, self.forward, self.latency_batch())

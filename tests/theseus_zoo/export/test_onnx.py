@@ -107,13 +107,20 @@ def test_a_resnet_run_exports_and_matches(tmp_path):
     assert session(exported.path).get_inputs()[0].name == "images"
 
 
-def test_a_gnn_run_exports_and_matches_on_graphs_of_other_sizes(tmp_path):
+@pytest.mark.parametrize("searched", [False, True], ids=["gcn", "gcn-with-searched-layers"])
+def test_a_gnn_run_exports_and_matches_on_graphs_of_other_sizes(tmp_path, searched):
+    """A plain GCN, and one whose convs a budget search replaced by a `NodeLinear` and a `MeanConv`."""
     from torch_geometric.nn import GCN
 
+    from theseus_adapters import gnn
+
     run = _run_dir(tmp_path, "gnn", {"model": "gcn"})
-    config = {"in_channels": 5, "hidden_channels": 8, "num_layers": 2, "out_channels": 3, "norm": "batch_norm"}
-    torch.save(GCN(**config).state_dict(), run / "model" / "model.pt")
-    (run / "model" / "config.json").write_text(json.dumps(config))
+    config = {"in_channels": 5, "hidden_channels": 8, "num_layers": 3, "out_channels": 3, "norm": "batch_norm"}
+    model = GCN(**config)
+    if searched:
+        model.convs[0], model.convs[1] = gnn.NodeLinear(5, 8), gnn.MeanConv(8, 8)
+    torch.save(model.state_dict(), run / "model" / "model.pt")
+    (run / "model" / "config.json").write_text(json.dumps(gnn.export_config(model, config)))
     (exported,) = export_run(run)
     assert exported.max_abs_diff <= TOLERANCE and exported.checked == 3  # 20, 7 and 50 nodes
 

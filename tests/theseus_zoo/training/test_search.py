@@ -6,8 +6,10 @@ import pytest
 import torch
 
 from tests.theseus_zoo.tasks import test_images
+from theseus_adapters import gnn
 from theseus_adapters.resnet import successor_blocks
 from theseus_zoo import cli
+from theseus_zoo.tasks import graphs
 from theseus_zoo.training import session
 
 pytest.importorskip("scipy")
@@ -147,7 +149,8 @@ def test_a_budget_on_the_toy_exports_a_shorter_toy_stack(tmp_path):
 
 
 def test_a_budget_on_a_graph_exports_an_ordinary_gcn(tmp_path, monkeypatch):
-    """The gnn family's candidates (keep, skip, one): any choice converts back into a GCN that reloads."""
+    """The gnn family's candidates (keep, skip, one, linear, mean): any choice converts back into a GCN that
+    reloads."""
     search, out = searched(
         tmp_path, "gcn-karate", (5, 4), "--methods", "theseus,truncated", "--budget", "params=0.8,steps=3"
     )
@@ -157,9 +160,33 @@ def test_a_budget_on_a_graph_exports_an_ordinary_gcn(tmp_path, monkeypatch):
     exported = json.loads((out / "model" / "config.json").read_text())
     kept = sum(3 if name == "keep" else 0 if name == "skip" else 1 for name in search["chosen"].values())
     assert exported["num_layers"] == kept  # an ordinary GCN of as many layers as the choice keeps
+    assert graphs.load_exported(out / "model", "gcn").num_layers == kept
     ratios = [point["predicted_ratio"] for point in search["frontier"]]
     assert ratios == sorted(ratios) and all(point["predicted_ratio"] <= point["budget"] for point in search["frontier"])
     scores = [point["score"] for point in search["frontier"]]
     assert scores == sorted(scores)  # a larger budget never chooses worse
     assert search["uniform"]["keep"]["predicted_ratio"] == pytest.approx(1.0) and "one" in search["uniform"]
     assert (out / "search.png").stat().st_size > 0
+
+
+def test_a_graph_search_that_chooses_a_cheaper_layer_exports_what_load_exported_rebuilds(tmp_path, monkeypatch):
+    """Scores that favour ``mean`` in the first group and ``one`` in the second: the GCN exported holds a `MeanConv`
+    beside a ``GCNConv``, its config lists them, and the zoo's loader rebuilds it (strictly, as the export checked)."""
+    from theseus_core.search import CandidateLibrary
+
+    wanted = {"steps[0:3]": "mean", "steps[3:6]": "one"}
+
+    def scores(library, batches, forward):
+        return {key: 0.0 if wanted[key[0]] == key[1] else -1.0 for key in library.successors}
+
+    monkeypatch.setattr(CandidateLibrary, "scores", scores)
+    search, out = searched(tmp_path, "gcn-karate", (5, 4), "--methods", "theseus", "--budget", "params=0.8,steps=2")
+    assert search["chosen"] == wanted
+    config = json.loads((out / "model" / "config.json").read_text())
+    hidden = config["hidden_channels"]
+    assert config[gnn.LAYER_KINDS] == [
+        {"kind": "mean", "in_channels": config["in_channels"], "out_channels": hidden},
+        None,
+    ]
+    model = graphs.load_exported(out / "model", "gcn")
+    assert [type(conv).__name__ for conv in model.convs] == ["MeanConv", "GCNConv"]
