@@ -203,6 +203,11 @@ class ResNetTask(ScoresAccuracy):
                 f"blocks must give {len(layers)} block counts, each between 1 and {self.architecture}'s "
                 f"{layers} and fewer in total, got {blocks!r}; e.g. {ARCHITECTURES['resnet18'][1]}"
             )
+        if self.successor == "narrow_basic" and block != "BasicBlock":  # its factory would refuse at replace_
+            raise ValueError(
+                f"successor narrow_basic narrows BasicBlocks; {self.architecture} is built of {block}s: choose another "
+                "successor"
+            )
         with torch.device("meta"):  # the adapter's own checks of `init`, on a model without memory
             resnet.plan(build_resnet(block, layers), self.blocks, init=self.init, successor=self.successor)
         self._load()  # missing or bad files, and sizes larger than the data, fail here, before any training
@@ -323,12 +328,16 @@ class ResNetTask(ScoresAccuracy):
     # ------------------------------------------------------------------ export
     def config(self, model: nn.Module) -> dict[str, Any]:
         """What ``config.json`` holds: the torchvision constructor (or block and layers) and the inputs; for
-        heterogeneous successors also ``light_blocks``, the config that rebuilds the model without theseus."""
+        heterogeneous successors, or a stage left with no block, also ``light_blocks``, the config that rebuilds the
+        model without theseus."""
         layers = [len(getattr(model, name)) for name in resnet.stage_names(model)]
         from theseus_adapters.resnet import successor_blocks
 
         light = {}  # heterogeneous successors (a light-block recipe's, or a budget search's choice)
-        if any(isinstance(module, tuple(successor_blocks.BLOCKS.values())) for module in model.modules()):
+        if 0 in layers or any(
+            isinstance(module, tuple(successor_blocks.BLOCKS.values())) for module in model.modules()
+        ):
+            # a stage of no blocks (a search skipped all its groups) is no torchvision ResNet either
             light = {"light_blocks": successor_blocks.export_config(model)}
         return {
             **light,

@@ -185,6 +185,7 @@ def test_compress_exports_a_torchvision_resnet18_and_keeps_frozen_batch_norm_sta
         ({"dev_size": 16, "test_size": 21}, "test_size=21 asks for more than the 20 test images"),
         ({"source": "hub"}, "resnet option source must be one of 'asset', 'torchvision'"),
         ({"colour": True}, "unknown resnet options ['colour']"),
+        ({"architecture": "resnet50", "successor": "narrow_basic"}, "successor narrow_basic narrows BasicBlocks"),
     ],
 )
 def test_bad_options_fail_in_one_line_before_training(options, message, fake_cache, tmp_path, capsys):
@@ -268,3 +269,18 @@ def test_heterogeneous_baselines_train_the_architecture_theseus_exports(fake_cac
     assert stem_and_head and all(torch.equal(truncated[key], predecessor.state_dict()[key]) for key in stem_and_head)
     scratch = task.scratch().state_dict()
     assert scratch.keys() == truncated.keys() and not torch.equal(scratch["conv1.weight"], truncated["conv1.weight"])
+
+
+def test_a_stage_a_search_emptied_exports_and_reloads_through_the_task(fake_cache, tmp_path):
+    """Every group of a stage that keeps its shape skipped (layer1: a budget search may) leaves the stage without
+    blocks, which no torchvision constructor builds: the task's export describes it, and `load_exported` rebuilds it
+    strictly, computing the same."""
+    task = images.ResNetTask(TINY["options"], seed=0)
+    model = task.build_predecessor().eval()
+    model.layer1 = torch.nn.Sequential()
+    task.export(model, tmp_path / "model")
+    rebuilt = images.load_exported(tmp_path / "model")
+    assert [len(getattr(rebuilt, f"layer{index}")) for index in range(1, 5)] == [0, 4, 6, 3]  # resnet34
+    batch = task.latency_batch()[:4]
+    with torch.no_grad():
+        torch.testing.assert_close(rebuilt(batch), model(batch))
