@@ -44,6 +44,9 @@ class SlimLayout:
             weights, for a module the layer unpacks) or ``nn.Identity`` (``"identity"``: a norm or a projection
             whose output only the removed sublayer read). The first pair is the one that outputs the residual
             branch, and tells a layer without the sublayer. Empty: the layout cannot remove it.
+        removal_refused_by: Modules whose presence says the layer puts its norms elsewhere than the layout assumes
+            (a post-norm decoder layer: OLMo2's, Gemma2's), where taking a sublayer out by ``without_attention`` /
+            ``without_ffn`` would not leave the branch adding exactly 0: `remove_sublayer_` refuses such a layer.
     """
 
     ffn_in: tuple[str, ...]
@@ -55,6 +58,7 @@ class SlimLayout:
     attention: str | None = None
     without_attention: tuple[tuple[str, str], ...] = ()
     without_ffn: tuple[tuple[str, str], ...] = ()
+    removal_refused_by: tuple[str, ...] = ()
 
 
 SLIM_LAYOUTS = (
@@ -76,6 +80,7 @@ SLIM_LAYOUTS = (
         "self_attn",
         without_attention=(("self_attn", "zero_attention"), ("input_layernorm", "identity")),
         without_ffn=(("mlp", "zero"), ("post_attention_layernorm", "identity")),
+        removal_refused_by=("pre_feedforward_layernorm", "post_feedforward_layernorm"),
     ),
 )
 """The layer layouts whose FFN (and, for the last, attention heads) `prune_layer_` can cut, and whose attention and
@@ -284,6 +289,12 @@ def remove_sublayer_(layer: nn.Module, sublayer: str) -> nn.Module:
         raise ValueError(
             f"{type(layer).__name__} is laid out as {layout.ffn_out!r}'s layout, which cannot remove its {sublayer} "
             f"(theseus_adapters.slim.SLIM_LAYOUTS knows BERT-like and Llama-like layers)"
+        )
+    elsewhere = [path for path in layout.removal_refused_by if _find(layer, path) is not None]
+    if elsewhere:
+        raise ValueError(
+            f"{type(layer).__name__} has {', '.join(elsewhere)}: its norms are not where theseus_adapters.slim's "
+            f"Llama-like layout puts them, so taking its {sublayer} out would not leave the branch adding exactly 0"
         )
     if _removed(layer, removal):
         raise ValueError(f"{type(layer).__name__} has no {sublayer} left to remove")

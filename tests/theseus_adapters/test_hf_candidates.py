@@ -19,6 +19,8 @@ from transformers import (
     GPT2LMHeadModel,
     LlamaConfig,
     LlamaForCausalLM,
+    Olmo2Config,
+    Olmo2ForCausalLM,
 )
 
 import theseus_core as th
@@ -230,6 +232,22 @@ def test_a_decoder_whose_first_layer_has_no_attention_generates_with_its_cache_a
             ),
             ("no_attention", "no_ffn"),
             "cannot remove its",
+        ),
+        (  # post-norm decoder layers: the norm after the attention is no norm in front of the FFN
+            lambda: Olmo2ForCausalLM(
+                Olmo2Config(
+                    vocab_size=64,
+                    hidden_size=32,
+                    intermediate_size=64,
+                    num_hidden_layers=4,
+                    num_attention_heads=4,
+                    num_key_value_heads=2,
+                    eos_token_id=1,
+                    pad_token_id=0,
+                )
+            ),
+            ("no_attention", "no_ffn"),
+            "post_feedforward_layernorm: its norms are not where",
         ),
     ],
 )
