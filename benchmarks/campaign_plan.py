@@ -126,6 +126,12 @@ class Campaign:
             source = definition.get("predecessor_from")
             against = definition.get("against", [])
             own_source = source or cell
+            if against and definition.get("compute_matched"):
+                raise ValueError(
+                    f"campaign {name}: cell {cell} is compared against other cells and matches compute: its "
+                    "comparisons are across cells, where the matched runs have no place; match compute in the cells "
+                    "it is compared against"
+                )
             if not isinstance(against, list) or any(
                 other not in data["cells"]
                 or other == cell

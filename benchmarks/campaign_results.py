@@ -185,8 +185,9 @@ def summarize_cell(campaign: Campaign, cell: str) -> dict[str, Any] | None:
 
 
 def summarize_against(campaign: Campaign, cell: str) -> dict[str, Any] | None:
-    """The cell against the cells its ``against`` names (module doc), or ``None`` while none of its variants has a
-    finished final seed."""
+    """The cell against the cells its ``against`` names (module doc), or ``None`` until its best variant on dev
+    (`Campaign.best_variant`) has a finished final seed; a model that shares no finished seed with it is listed
+    without a comparison."""
     rows: dict[str, dict[str, Any]] = {}
     grid: dict[str, dict[int, Report]] = {}
     predecessor: dict[int, float] = {}
@@ -225,20 +226,18 @@ def summarize_against(campaign: Campaign, cell: str) -> dict[str, Any] | None:
                     seed: report.search["chosen"] for seed, report in reports.items() if report.search is not None
                 },
             }
-    variants = [label for label, row in rows.items() if row["cell"] == cell and is_theseus(row["method"])]
-    if not variants:
+    best_method = campaign.best_variant(cell)  # the variant compute matching and the other tables name
+    best = f"{cell}: {best_method}"
+    if best_method is None or best not in rows:
         return None
-    best = max(
-        variants, key=lambda label: round(campaign.dev_means(cell, rows[label]["method"])[rows[label]["setting"]], 6)
-    )
-    key = report_key(rows[best]["method"])
+    key = report_key(best_method)
     comparisons = {
         f"{best} − {label}": {
             **methods_table.compare(grid, key, best, report_key(row["method"]), label),
             "models": [best, label],
         }
         for label, row in rows.items()
-        if label != best
+        if label != best and set(grid[best]) & set(grid[label])  # paired on the seeds both finished
     }
     first = next(iter(grid[best].values()))
     complete = all(

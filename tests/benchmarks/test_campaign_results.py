@@ -211,6 +211,22 @@ def test_a_searched_cell_is_compared_against_the_uniform_cells_on_its_predecesso
     assert searched["params_ratio"] == pytest.approx(0.3)
     assert "| `kd` (uniform) | lr 2e-3 | 0.767 (3) | 0.500 | 0.500 |" in campaign_results.short_table(written)
 
+    # partial results: a model that shares no finished seed with the searched one is listed, not compared
+    def drop(cell, method, seed):
+        (
+            campaign.archive / CampaignRun(cell, method, campaign.chosen(cell, method), seed).path / "report.json"
+        ).unlink()
+
+    drop("uniform", "kd", 2)
+    drop("searched", "theseus+warmup+kd", 0)
+    drop("searched", "theseus+warmup+kd", 1)
+    partial = campaign_results.summarize_against(campaign, "searched")
+    assert not partial["complete"] and "uniform: kd" in partial["models"]
+    assert "searched: theseus+warmup+kd − uniform: kd" not in partial["comparisons"]
+    assert partial["comparisons"]["searched: theseus+warmup+kd − uniform: truncated"]["seeds"] == [2]
+    drop("searched", "theseus+warmup+kd", 2)  # its best variant has no finished final seed: no summary
+    assert campaign_results.summarize_against(campaign, "searched") is None
+
 
 @pytest.mark.parametrize(
     ("change", "message"),
@@ -220,6 +236,10 @@ def test_a_searched_cell_is_compared_against_the_uniform_cells_on_its_predecesso
         ({"predecessor_from": None}, r"compared against \['uniform'\]: other cells of the campaign on the same"),
         ({"against": ["searched"]}, "compared against"),
         ({"compute_matched": ["truncated"]}, "methods of the cell that are not Theseus variants"),
+        (
+            {"methods": ["theseus", "truncated"], "compute_matched": ["truncated"]},
+            "is compared against other cells and",
+        ),
     ],
 )
 def test_a_cells_methods_and_comparisons_are_checked_when_the_campaign_loads(tmp_path, change, message):
