@@ -10,8 +10,9 @@ without attention, without FFN, or with a narrower FFN. The layouts it knows are
 
 Per-layer forms: transformers 5 has a config-side ``per_layer_config`` (with a ``skip`` list), but BERT and Llama
 do not build their layers from it (a Llama config with a per-layer ``intermediate_size`` does not build), so the
-forms go under a key of their own. Plain ``from_pretrained`` ignores it, builds every layer whole and reports the
-weights of what is missing or narrower as missing or mismatched keys: load such an export with `load_pretrained`.
+forms go under a key of their own. Plain ``from_pretrained`` ignores it and builds every layer whole: a narrower
+FFN's weights then fail to load (a size mismatch), and a removed sublayer's are reported missing and initialised at
+random, with a warning only. Load such an export with `load_pretrained`.
 """
 
 from __future__ import annotations
