@@ -31,10 +31,12 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import hashlib
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +53,44 @@ Forward = Callable[[nn.Module, Any], torch.Tensor]
 """``forward(model, batch) -> logits``: how the model is run on a batch (a family's ``Task.logits``)."""
 
 KEEP = "keep"
+
+
+def _stream_seed(base: int, *names: str) -> int:
+    """A seed of its own for what ``names`` name (a candidate column, a candidate), from one draw ``base``."""
+    digest = hashlib.blake2b("\0".join([str(base), *names]).encode(), digest_size=8).digest()
+    return int.from_bytes(digest) >> 1
+
+
+class _Streams:
+    """Random streams of their own, one per name, on the CPU and the given CUDA devices: what runs inside `use`
+    draws from its name's stream alone (each stream goes on where it stopped), and the caller's stream is left as it
+    was."""
+
+    def __init__(self, base: int, devices: list[torch.device]) -> None:
+        self.base, self.devices = base, devices
+        self.states: dict[tuple[str, ...], tuple[torch.Tensor, list[torch.Tensor]]] = {}
+
+    @contextlib.contextmanager
+    def use(self, *names: str) -> Iterator[None]:
+        with torch.random.fork_rng(devices=self.devices):
+            state = self.states.get(names)
+            if state is None:
+                torch.manual_seed(_stream_seed(self.base, *names))
+            else:
+                torch.set_rng_state(state[0])
+                for device, device_state in zip(self.devices, state[1], strict=True):
+                    torch.cuda.set_rng_state(device_state, device)
+            try:
+                yield
+            finally:
+                self.states[names] = (
+                    torch.get_rng_state(),
+                    [torch.cuda.get_rng_state(device) for device in self.devices],
+                )
+
+
+def _cuda_devices(model: nn.Module) -> list[torch.device]:
+    return sorted({p.device for p in model.parameters() if p.device.type == "cuda"}, key=str)
 
 
 def latency_clock(device: torch.device | str) -> Callable[[Callable[[], Any]], float]:
@@ -194,22 +234,33 @@ class CandidateLibrary:
         for spec in columns[KEEP]:
             site = self._reference.sites[self._site_of[spec.path]]
             self.successors[(spec.path, KEEP)], self.specs[(spec.path, KEEP)] = site.successor, spec
+        # one draw from the caller's stream, whatever the candidates: each column builds (and each candidate later
+        # distils, `distill_`) from a stream of its own, so adding or removing a candidate changes no other
+        self.streams = _Streams(int(torch.randint(0, 2**62, ())), _cuda_devices(model))
         for name, specs in columns.items():
             if name == KEEP:
                 continue
-            try:  # the whole column in one copy of the model; only its successors are kept, the copy goes
-                handle = replace_(copy.deepcopy(model), list(specs), **options)
-                by_path = {site.path: site.successor for site in handle.sites}
-                built = [(spec, by_path[spec.path]) for spec in specs]
-            except (ValueError, TypeError, RuntimeError):
-                built = []
-                for spec in specs:  # one at a time, so that one refusal costs one candidate
-                    try:
-                        built.append((spec, replace_(copy.deepcopy(model), [spec], **options).sites[0].successor))
-                    except (ValueError, TypeError, RuntimeError) as error:
-                        self.refused[(spec.path, name)] = str(error).splitlines()[0]
+            with self.streams.use("build", name):
+                built = self._build(model, name, specs, options)
             for spec, successor in built:
                 self.successors[(spec.path, name)], self.specs[(spec.path, name)] = successor, spec
+
+    def _build(
+        self, model: nn.Module, name: str, specs: Sequence[ModuleSpec], options: dict[str, Any]
+    ) -> list[tuple[ModuleSpec, nn.Module]]:
+        """Column ``name``'s candidates, each with its spec; those `replace_` refuses go into `refused`."""
+        try:  # the whole column in one copy of the model; only its successors are kept, the copy goes
+            handle = replace_(copy.deepcopy(model), list(specs), **options)
+            by_path = {site.path: site.successor for site in handle.sites}
+            return [(spec, by_path[spec.path]) for spec in specs]
+        except (ValueError, TypeError, RuntimeError):
+            built = []
+            for spec in specs:  # one at a time, so that one refusal costs one candidate
+                try:
+                    built.append((spec, replace_(copy.deepcopy(model), [spec], **options).sites[0].successor))
+                except (ValueError, TypeError, RuntimeError) as error:
+                    self.refused[(spec.path, name)] = str(error).splitlines()[0]
+            return built
 
     def names(self, path: str) -> list[str]:
         """The candidates of group ``path``, in the order they were given (``keep`` first when added)."""
@@ -249,7 +300,8 @@ class CandidateLibrary:
         self, batches: Sequence[Any], forward: Forward, *, steps: int, lr: float = 1e-3, weight_decay: float = 0.0
     ) -> list[float]:
         """Blockwise local distillation of every candidate at once (module doc): ``steps`` AdamW steps over
-        ``batches`` in turn; returns the summed loss of each step. Only candidate parameters move."""
+        ``batches`` in turn; returns the summed loss of each step. Only candidate parameters move. Each candidate
+        draws its randomness (dropout) from a stream of its own, so that the others do not change what it learns."""
         if not isinstance(steps, int) or steps < 1 or not batches:
             raise ValueError(f"distill_ needs steps >= 1 and batches, got steps={steps!r}, {len(batches)} batches")
         trained = self.trainable()
@@ -262,7 +314,11 @@ class CandidateLibrary:
             _, calls = self.record(batches[step % len(batches)], forward)
             for key in keys:
                 self.successors[key].train()
-            terms = [F.mse_loss(self._run(key, calls[key[0]]), primary_output(calls[key[0]][2])) for key in keys]
+            terms = []
+            for key in keys:
+                with self.streams.use("distill", *key):
+                    output = self._run(key, calls[key[0]])
+                terms.append(F.mse_loss(output, primary_output(calls[key[0]][2])))
             loss = torch.stack(terms).sum()
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

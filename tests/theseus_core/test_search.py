@@ -244,3 +244,38 @@ def test_costs_leave_out_what_a_candidate_waits(threads):
     )
     costs, _ = library.costs(torch.randn(4, 8), forward, rounds=3)
     assert costs[("blocks[0:2]", "sleepy")].latency < 0.01
+
+
+def test_adding_a_candidate_changes_neither_the_start_nor_the_distillation_of_the_others():
+    """Each column builds, and each candidate distils (its dropout), from a stream of its own: a library with one
+    more candidate, put first, gives the others the same weights before and after `distill_`."""
+
+    def noisy(group):  # fresh weights and dropout: both draw from the random stream
+        return ToyBlock(16, hidden=8, dropout=0.3)
+
+    columns = {
+        "one": [th.ModuleSpec(path, successor=th.copy_module(0)) for path in GROUPS],
+        "noisy": [th.ModuleSpec(path, successor=noisy) for path in GROUPS],
+    }
+    batches = [torch.randn(32, 8, generator=torch.Generator().manual_seed(seed)) for seed in range(3)]
+
+    def weights(extra):
+        torch.manual_seed(0)
+        model = ToyStack(in_features=8, width=16, num_blocks=6, num_classes=3, dropout=0.1).eval()
+        torch.manual_seed(1)
+        library = CandidateLibrary(model, {**extra, **columns}, example_inputs=[(batches[0],)])
+        start = {key: copy.deepcopy(library.successors[key].state_dict()) for key in library.successors}
+        library.distill_(batches, forward, steps=4)
+        return library, start, {key: library.successors[key].state_dict() for key in library.successors}
+
+    _, start, after = weights({})
+    library, start_more, after_more = weights({"first": [th.ModuleSpec(path, successor=noisy) for path in GROUPS]})
+    assert set(library.names(GROUPS[0])) == {KEEP, "first", "one", "noisy"}
+    for key in start:
+        for name, tensor in start[key].items():
+            assert torch.equal(tensor, start_more[key][name]), (key, name)
+            assert torch.equal(after[key][name], after_more[key][name]), (key, name)
+    # and the streams are the candidates' own: two columns of the same factory start differently
+    assert not torch.equal(
+        start_more[(GROUPS[0], "first")]["inner.fc1.weight"], start_more[(GROUPS[0], "noisy")]["inner.fc1.weight"]
+    )
