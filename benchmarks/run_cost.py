@@ -9,7 +9,8 @@ setting the campaign chose for it on dev, and the best Theseus variant on dev as
 optimizer; a ``+warmup`` variant's blockwise warm-up, then its replacing stage), one optimizer step is timed at
 ``--samples`` steps spread evenly over the stage, each at the replacing rate p the stage's schedule gives there; the
 methods' steps run interleaved, round after round (a, b, c, a, b, c, ...: load on a shared machine hits every
-method alike), after one warm-up round, on ``--threads`` threads (a campaign runs one). No evaluation, checkpoint,
+method alike), after one warm-up round, on ``--threads`` threads (a campaign runs one: each step is then read as the
+process's CPU time, `theseus_core.latency_clock`, so what other processes take is left out). No evaluation, checkpoint,
 data loading or export is timed: a stage costs its steps times the mean over its samples of their median seconds,
 a run the sum of its stages. A method matched to the reference trains its last stage for
 ``round(steps · (reference run − its other stages) / its last stage)`` steps, so that its run costs what the
@@ -25,12 +26,12 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from theseus_core.search import latency_clock
 from theseus_zoo.recipes import Recipe, get_recipe
 from theseus_zoo.tasks import build_task
 from theseus_zoo.training.data_order import labelled_split
@@ -65,13 +66,13 @@ def measure(methods: dict[str, list[StageStep]], rounds: int, samples: int) -> d
             )
             timed += [(method, index, step, rate, stage.step) for step, rate in zip(at, rates, strict=True)]
     seconds: dict[tuple[str, int, int], list[float]] = {(m, i, at): [] for m, i, at, _, _ in timed}
+    timed_call = latency_clock("cpu")  # one thread: the process's CPU time, what other processes take left out
     for round_index in range(rounds + 1):  # round 0 warms up (allocator, first AdamW state) and is dropped
         for method, index, at, rate, step in timed:
             torch.manual_seed(round_index)
-            start = time.perf_counter()
-            step(rate)
+            elapsed = timed_call(lambda step=step, rate=rate: step(rate))
             if round_index:
-                seconds[method, index, at].append(time.perf_counter() - start)
+                seconds[method, index, at].append(elapsed)
     for method, entries in stages.items():
         for index, entry in enumerate(entries):
             medians = [statistics.median(seconds[method, index, at]) for at in entry["sampled_steps"]]

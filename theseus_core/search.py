@@ -98,20 +98,22 @@ def latency_clock(device: torch.device | str) -> Callable[[Callable[[], Any]], f
 
     On a CPU running one intra-op thread (``torch.get_num_threads() == 1``) it is the CPU time the process spent on
     the call (``time.process_time``), so time the operating system gave to other processes (a shared machine) is
-    not counted; with more threads it is wall-clock, since CPU time would add the threads up. On CUDA it is
-    wall-clock between synchronizations (the call's kernels included)."""
+    not counted; with more threads it is wall-clock, since CPU time would add the threads up (so would any other
+    thread the process runs meanwhile: time one thing at a time). On an accelerator (CUDA, or any
+    ``torch.accelerator``) it is wall-clock between synchronizations, the call's kernels included."""
     device = torch.device(device)
-    if device.type == "cuda":
+    if device.type != "cpu":
+        synchronize = torch.cuda.synchronize if device.type == "cuda" else torch.accelerator.synchronize
 
         def timed(call: Callable[[], Any]) -> float:
-            torch.cuda.synchronize(device)
+            synchronize(device)
             started = time.perf_counter()
             call()
-            torch.cuda.synchronize(device)
+            synchronize(device)
             return time.perf_counter() - started
 
         return timed
-    clock = time.process_time if device.type == "cpu" and torch.get_num_threads() == 1 else time.perf_counter
+    clock = time.process_time if torch.get_num_threads() == 1 else time.perf_counter
 
     def timed(call: Callable[[], Any]) -> float:
         started = clock()

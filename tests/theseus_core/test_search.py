@@ -279,3 +279,10 @@ def test_adding_a_candidate_changes_neither_the_start_nor_the_distillation_of_th
     assert not torch.equal(
         start_more[(GROUPS[0], "first")]["inner.fc1.weight"], start_more[(GROUPS[0], "noisy")]["inner.fc1.weight"]
     )
+
+
+def test_on_an_accelerator_latency_is_read_between_synchronizations(monkeypatch):
+    events = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: events.append(("synchronize", str(device))))
+    th.latency_clock("cuda:0")(lambda: events.append("call"))
+    assert events == [("synchronize", "cuda:0"), "call", ("synchronize", "cuda:0")]
