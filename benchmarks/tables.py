@@ -49,7 +49,9 @@ from .page_tables import RESULTS, load, signed
 
 ROOT = Path(__file__).resolve().parent.parent
 AT_A_GLANCE = RESULTS / "at-a-glance.json"
-BLOCK = re.compile(r"(<!-- table: (?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.DOTALL)
+BLOCK = re.compile(r"(<!-- table: (?P<name>[\w.-]+) -->\n)(?P<body>(?:(?!<!-- table:).)*?)(<!-- /table -->)", re.DOTALL)
+"""A generated table's block; its body holds no other marker, so a block left without its end is not read (and
+`unread_markers` names it) rather than running on into the next block."""
 DECLARED = re.compile(r"<!-- not generated: (?P<why>.*?) -->\n.*?<!-- /not generated -->", re.DOTALL)
 
 

@@ -40,6 +40,8 @@ def test_a_marker_the_pages_do_not_read_is_named():
     assert tables.unread_markers(read) == []
     assert tables.unread_markers("text\n<!-- table: a b -->\n\n<!-- /table -->\n") == [2]  # a space in the name
     assert tables.unread_markers(read + "<!-- table: open -->\n| y |\n") == [4]  # no end
+    assert tables.unread_markers("<!-- table: open -->\n| y |\n" + read) == [1]  # no end, before a whole block
+    assert list(tables.tables_of("<!-- table: open -->\n| y |\n" + read)) == ["a-1.5_b"]
     assert all(tables.unread_markers(page.read_text()) == [] for page in tables.pages())
 
 
