@@ -248,16 +248,21 @@ def plan(
 
 def _sync_undoably(model: nn.Module, *, stack: Stack, **options) -> Callable[[], None]:
     """The plan's finalize hook: `sync_config`, returning what puts the configs back (`theseus_core.Theseus.finalize`
-    calls it when the finalized model fails its check; it puts the layers' attributes back itself)."""
+    calls it when the finalized model fails its check; it puts the layers' attributes back itself). A
+    `sync_config` that raises leaves the configs as they were."""
     configs = {id(config): config for config in (model.config, stack.config(model))}.values()
     saved = [(config, dict(vars(config))) for config in configs]
-    sync_config(model, stack=stack, **options)
 
     def undo() -> None:
         for config, attributes in saved:
             vars(config).clear()
             vars(config).update(attributes)
 
+    try:
+        sync_config(model, stack=stack, **options)
+    except Exception:
+        undo()
+        raise
     return undo
 
 

@@ -13,7 +13,7 @@ from torch import nn
 from theseus_core.checks import is_int
 
 from . import hf_layout as layout
-from .slim import LAYER_FORMS, sync_slim
+from .slim import LAYER_FORMS_KEY, sync_slim
 
 STACK_NAMES = ("layer", "layers", "h", "block", "blocks")
 """Last path component of the ``nn.ModuleList`` that holds a transformers model's layers."""
@@ -170,7 +170,7 @@ def layer_stack(model: nn.Module, stack: str | None = None, *, shortened: bool =
             )
     per_layer = []
     for name, value in vars(stack_config).items():
-        if name == LAYER_FORMS:  # the layers' own shapes, which finalize describes again (sync_slim)
+        if name == LAYER_FORMS_KEY:  # the layers' own shapes, which finalize describes again (sync_slim)
             continue
         if staged or not (isinstance(value, (list, tuple)) and value and ("layer" in name or name in PER_LAYER_LISTS)):
             continue

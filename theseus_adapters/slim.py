@@ -324,7 +324,7 @@ def _layer_indices(module: nn.Module) -> list[tuple[nn.Module, int]]:
     ]
 
 
-LAYER_FORMS = "theseus_layers"
+LAYER_FORMS_KEY = "theseus_layers"
 """The config key of the per-layer forms (`layer_form`) that `sync_slim` writes when the layers differ."""
 
 
@@ -373,9 +373,11 @@ def sync_slim(stack: Sequence[nn.Module], config, path: str = "the stack") -> No
     export reloads: when every layer has its attention and its FFN, with one head count and one FFN width, those
     go into the config (``num_attention_heads`` where the layout prunes heads, its `SlimLayout.ffn_config`), and
     ``save_pretrained`` -> plain ``from_pretrained`` rebuilds them; otherwise each layer's `layer_form` goes into
-    ``config.theseus_layers`` (`LAYER_FORMS`), the config's sizes kept (at least each layer's), and
-    `load_pretrained` rebuilds them. Does nothing for layouts it does not know or a stack with projected (narrower)
-    layers. ``path`` names the stack in errors."""
+    ``config.theseus_layers`` (`LAYER_FORMS_KEY`), the config's sizes kept (at least each layer's), and
+    `load_pretrained` rebuilds them. For layouts it does not know or a stack with projected (narrower) layers it
+    writes nothing, and removes forms the config held (they described other layers). ``path`` names the stack in
+    errors."""
+    vars(config).pop(LAYER_FORMS_KEY, None)  # whatever it held described the layers before this stack's
     layers = [layer for layer in stack if not isinstance(layer, th.Projected)]
     try:
         layouts = {slim_layout(layer) for layer in layers}
@@ -386,7 +388,6 @@ def sync_slim(stack: Sequence[nn.Module], config, path: str = "the stack") -> No
     layout = layouts.pop()
     forms = [layer_form(layer, config) for layer in layers]
     uniform = all(form == forms[0] for form in forms) and all(forms[0].values())
-    vars(config).pop(LAYER_FORMS, None)
     if not uniform:
         widest = {"heads": config.num_attention_heads, "intermediate_size": getattr(config, layout.ffn_config)}
         too_wide = [index for index, form in enumerate(forms) if any(form[k] > widest[k] for k in widest)]
@@ -394,7 +395,7 @@ def sync_slim(stack: Sequence[nn.Module], config, path: str = "the stack") -> No
             raise ValueError(
                 f"layers {too_wide} of {path!r} are wider than the config ({widest}), so no form can describe them"
             )
-        setattr(config, LAYER_FORMS, forms)
+        setattr(config, LAYER_FORMS_KEY, forms)
         return
     setattr(config, layout.ffn_config, forms[0]["intermediate_size"])
     if layout.query is not None:
@@ -427,7 +428,7 @@ def load_pretrained(directory: str | Path, **kwargs: Any) -> Any:
     model_class = getattr(transformers, name, None) if isinstance(name, str) else None
     if model_class is None:
         raise ValueError(f"the config in {directory} names no transformers model class (architectures: {name!r})")
-    forms = getattr(config, LAYER_FORMS, None) or getattr(config.get_text_config(), LAYER_FORMS, None)
+    forms = getattr(config, LAYER_FORMS_KEY, None) or getattr(config.get_text_config(), LAYER_FORMS_KEY, None)
     if not forms:
         return model_class.from_pretrained(directory, **kwargs)
 
@@ -443,7 +444,7 @@ def load_pretrained(directory: str | Path, **kwargs: Any) -> Any:
             ]
             if len(paths) != 1:
                 raise ValueError(
-                    f"config.{LAYER_FORMS} lists {len(forms)} layer forms, and {type(self).__name__} has "
+                    f"config.{LAYER_FORMS_KEY} lists {len(forms)} layer forms, and {type(self).__name__} has "
                     f"{len(paths)} layer stacks of that length ({paths}): which one it describes is unclear"
                 )
             found = layer_stack(self, paths[0])

@@ -166,7 +166,8 @@ def test_a_narrower_ffn_computes_the_original_with_the_dropped_neurons_silenced(
 def test_any_choice_finalizes_into_a_model_that_load_pretrained_rebuilds_strictly_with_equal_outputs(name, names):
     """The stack is spliced (``keep``: the group's layers, ``skip``: none, any other: one layer), each layer
     renumbered; the config describes the layers (one shape: in its own fields, which plain transformers reads;
-    several: `slim.LAYER_FORMS`), and `hf.load_pretrained` rebuilds the model as its plain class, every key matched."""
+    several: `slim.LAYER_FORMS_KEY`), and `hf.load_pretrained` rebuilds the model as its plain class, every key
+    matched."""
     model, library = library_of(name)
     _, auto, stack = CASES[name]
     choice = dict(zip(library.paths, names, strict=True))  # every group offers every candidate (test above)
@@ -183,7 +184,7 @@ def test_any_choice_finalizes_into_a_model_that_load_pretrained_rebuilds_strictl
     assert positions == list(range(len(layers)))  # one per layer (its attention or what stands for it): renumbered
     forms = [slim.layer_form(layer, finalized.config) for layer in layers]
     uniform = all(form == forms[0] for form in forms) and all(all(form.values()) for form in forms)
-    assert getattr(finalized.config, slim.LAYER_FORMS, None) == (None if uniform else forms)
+    assert getattr(finalized.config, slim.LAYER_FORMS_KEY, None) == (None if uniform else forms)
     if set(choice.values()) <= set(UNIFORM):
         assert uniform
     with tempfile.TemporaryDirectory() as directory:
