@@ -236,3 +236,14 @@ def test_a_narrow_block_wider_inside_than_the_group_is_fresh_and_a_bottleneck_gr
     model = tiny_torchvision(bottleneck=True)
     with pytest.raises(ValueError, match=r"narrow_basic replaces groups of BasicBlocks .* starts with a Bottleneck"):
         th.replace_(model, resnet.plan(model, (1, 1, 1, 1), successor=NARROW), example_inputs=(images(),))
+
+
+@pytest.mark.parametrize("extra", ["se", "aa"])
+def test_a_narrow_block_refuses_a_timm_block_with_parts_it_would_drop(extra):
+    if extra == "se":
+        block, stride = timm_resnet.BasicBlock(8, 8, attn_layer="se"), 1
+    else:  # anti-aliasing runs where the block downsamples
+        shortcut = nn.Sequential(nn.Conv2d(8, 8, 1, 2, bias=False), nn.BatchNorm2d(8))
+        block, stride = timm_resnet.BasicBlock(8, 8, stride=2, downsample=shortcut, aa_layer=nn.AvgPool2d), 2
+    with pytest.raises(ValueError, match=f"also has {extra}, which it would drop"):
+        narrow_successor(block.eval(), stride, None)

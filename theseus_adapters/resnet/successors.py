@@ -116,7 +116,8 @@ def narrow_basic_successor(
             width, which has no more channels to give. (default: half of ``out_channels``, `NarrowBasic`'s)
 
     Raises:
-        ValueError: the group's first block is a Bottleneck (``conv3``), or no block of two 3×3 convolutions:
+        ValueError: the group's first block has parts a NarrowBasic has not (timm's ``se``, ``aa``, ``drop_block``,
+            ``drop_path``), or is a Bottleneck (``conv3``), or no block of two 3×3 convolutions:
             nothing of a Bottleneck maps onto a BasicBlock's layers, and a BasicBlock at the width of a Bottleneck
             group's output costs more than the Bottleneck (its 3×3 convolutions work at the expanded width), so it
             is no light successor there. A budget search (`candidates`) records the refusal and offers the others.
@@ -129,6 +130,16 @@ def narrow_basic_successor(
         raise ValueError(
             f"narrow_basic replaces groups of BasicBlocks (two 3×3 convolutions); this group starts with a "
             f"{type(first).__name__}, for which a narrow BasicBlock is no lighter: use another successor"
+        )
+    extras = [  # timm's optional parts, which a NarrowBasic has not: it would drop them silently
+        name
+        for name in ("se", "aa", "drop_block", "drop_path")
+        if not isinstance(getattr(first, name, None), (type(None), nn.Identity))
+    ]
+    if extras:
+        raise ValueError(
+            f"narrow_basic holds a BasicBlock's convolutions, norms and shortcut; this group's {type(first).__name__} "
+            f"also has {', '.join(extras)}, which it would drop: use another successor"
         )
     block = successor_blocks.NarrowBasic(in_channels, out_channels, stride, hidden_channels)
     if block.hidden_channels > first.conv1.out_channels:
