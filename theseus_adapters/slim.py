@@ -100,6 +100,10 @@ class RemovedSublayer(nn.Module):
         layer_idx: The ``layer_idx`` of the module it stands for, kept so that finalize still finds the layer's
             position (the KV-cache slot of the layer's other modules, its per-layer config entries).
             (default: ``None``)
+
+    Limits: a layer without attention gives no attention map, so ``output_attentions=True`` returns one map fewer
+    than there are layers (the maps are then not aligned with the layers by index); a BERT run as a decoder with a
+    cross-attention cache (``EncoderDecoderCache``) is not supported (its slot is updated as a decoder-only cache).
     """
 
     def __init__(self, attention: bool = False, layer_idx: int | None = None) -> None:
