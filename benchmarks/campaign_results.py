@@ -76,6 +76,16 @@ def is_theseus(method: str) -> bool:
     return parse_method(method).base == "theseus"
 
 
+def final_reports(campaign: Campaign, cell: str, method: str, setting: str) -> dict[int, Report]:
+    """The archived reports of ``method`` at ``setting`` in ``cell`` on every finished final seed, by seed."""
+    found = {}
+    for seed in campaign.final_seeds:
+        report = campaign.report(CampaignRun(cell, method, setting, seed))
+        if report is not None:
+            found[seed] = report
+    return found
+
+
 def summarize_cell(campaign: Campaign, cell: str) -> dict[str, Any] | None:
     """The cell's summary in `benchmarks.methods`' layout (module doc), or ``None`` while no method has chosen."""
     final: dict[str, dict[int, Report]] = {}  # method -> seed -> report at its chosen setting
@@ -95,11 +105,7 @@ def summarize_cell(campaign: Campaign, cell: str) -> dict[str, Any] | None:
         }
         pooled_dev += list(dev.values())
         pooled_test += list(test.values())
-        reports = {
-            seed: report
-            for seed in campaign.final_seeds
-            if (report := campaign.report(CampaignRun(cell, method, chosen, seed))) is not None
-        }
+        reports = final_reports(campaign, cell, method, chosen)
         final[method] = reports
         seconds = [methods_table.method_seconds(report, key) for report in reports.values()]
         entries[method] = {
@@ -136,11 +142,7 @@ def summarize_cell(campaign: Campaign, cell: str) -> dict[str, Any] | None:
         if matched is None:
             continue
         name, setting = matched
-        reports = {
-            seed: report
-            for seed in campaign.final_seeds
-            if (report := campaign.report(CampaignRun(cell, method, name, seed))) is not None
-        }
+        reports = final_reports(campaign, cell, method, name)
         if not reports:
             continue
         label = f"{method}, {setting['replacing']['steps']} steps"
@@ -197,11 +199,7 @@ def summarize_against(campaign: Campaign, cell: str) -> dict[str, Any] | None:
             if chosen is None:
                 continue
             key = report_key(method)
-            reports = {
-                seed: report
-                for seed in campaign.final_seeds
-                if (report := campaign.report(CampaignRun(source, method, chosen, seed))) is not None
-            }
+            reports = final_reports(campaign, source, method, chosen)
             if not reports:
                 continue
             label = f"{source}: {method}"
