@@ -522,13 +522,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     command = f"python -m benchmarks.campaign_results {args.name}"
     written = 0
+    code = environment()  # before any write: a table written first would make the later ones' commit "+changes"
     for cell in campaign.cells:
         against = "against" in campaign.cells[cell]
         summary = summarize_against(campaign, cell) if against else summarize_cell(campaign, cell)
         if summary is None:
             print(f"{cell}: no Theseus variant and alternative have chosen a setting yet", file=sys.stderr)
             continue
-        data = {"command": command, "environment": environment(), **summary}
+        data = {"command": command, "environment": code, **summary}
         name = results_name(campaign.name, cell)
         write_report(data, args.out, name, full_markdown(data))
         (plot_against if against else methods_table.plot)(summary, args.out / f"{name}.png")

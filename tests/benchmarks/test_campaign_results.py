@@ -159,7 +159,7 @@ def test_spearman_is_one_for_a_monotone_transform_and_minus_one_reversed(values)
     assert campaign_results.spearman(values[:2], values[:2]) is None
 
 
-def test_a_searched_cell_is_compared_against_the_uniform_cells_on_its_predecessors(tmp_path):
+def test_a_searched_cell_is_compared_against_the_uniform_cells_on_its_predecessors(tmp_path, monkeypatch):
     settings = {s: {"replacing": {"lr": float(s[2:])}} for s in METHODS["kd"]}
     definition = {
         "cells": {
@@ -204,7 +204,10 @@ def test_a_searched_cell_is_compared_against_the_uniform_cells_on_its_predecesso
         10
     )
     arguments = ["search", "--campaigns", str(tmp_path), "--archive", str(tmp_path / "archive")]
+    recorded = []  # the code's state is read once, before the first table is written (which would change it)
+    monkeypatch.setattr(campaign_results, "environment", lambda: recorded.append(1) or {"commit": "c"})
     assert campaign_results.main([*arguments, "--out", str(tmp_path / "out")]) == 0
+    assert len(recorded) == 1 and (tmp_path / "out" / "campaign-search-uniform.json").exists()
     written = json.loads((tmp_path / "out" / "campaign-search-searched.json").read_text())
     assert campaign_results.full_markdown(written) == (tmp_path / "out" / "campaign-search-searched.md").read_text()
     assert (tmp_path / "out" / "campaign-search-searched.png").stat().st_size > 0

@@ -14,21 +14,16 @@ import torch
 from theseus_core.search import latency_clock
 
 
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def interleaved_seconds(
     runs: dict[str, Callable[[], Any]], *, warmup: int, repeats: int, device: torch.device
 ) -> dict[str, list[float]]:
     """Times of each run, taking turns (a, b, c, a, b, c, ...) so that changes in the load of a shared machine hit
     every run alike; ratios between them are what to report. Read with `theseus_core.latency_clock`: on a CPU with
-    one thread, the process's CPU time (what other processes take from it is not counted), else wall-clock."""
+    one thread, the process's CPU time (what other processes take from it is not counted), else wall-clock; on an
+    accelerator it synchronizes before and after each turn, so the warm-up's kernels are not counted."""
     for _ in range(warmup):
         for run in runs.values():
             run()
-    synchronize(device)
     times: dict[str, list[float]] = {name: [] for name in runs}
     timed = latency_clock(device)
     for _ in range(repeats):
