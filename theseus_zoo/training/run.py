@@ -116,6 +116,8 @@ class Run:
                 objective = Objective(predecessor_parameters(predecessor), task_loss(self.task))
                 train_phase(session, "predecessor", predecessor, objective, recipe.predecessor)
             predecessor.load_state_dict(session.state.done["predecessor"].weights)
+            # on the device, as the phase's preparation leaves it; a borrowed predecessor never went through one
+            predecessor.to(session.accelerator.device)
             session.rng.restore(before)
         plan = None
         if search is not None:  # a successor per group, under the budget, for every Theseus variant

@@ -108,3 +108,26 @@ def test_predecessor_from_takes_a_finished_predecessor_of_the_same_recipe_only(t
         str(tmp_path / "first"),
     ]
     assert cli.main(other) == 0
+
+
+def test_a_borrowed_predecessor_goes_to_the_sessions_device_as_a_trained_one_does(tmp_path, config, monkeypatch):
+    # A predecessor fine-tuned in the run reaches the device through the phase's preparation; one taken from
+    # --predecessor-from skips that phase and must be moved all the same (on a GPU its methods and the report's
+    # timing would otherwise run a CPU model on CUDA batches).
+    from torch import nn
+
+    from theseus_zoo.tasks.toy import ToyTask
+
+    built, moved = [], []
+    build = ToyTask.build_predecessor
+    monkeypatch.setattr(ToyTask, "build_predecessor", lambda self: built.append(build(self)) or built[-1])
+    to = nn.Module.to
+    monkeypatch.setattr(
+        nn.Module, "to", lambda self, *args, **kwargs: moved.append((id(self), args)) or to(self, *args, **kwargs)
+    )
+    base = ["compress", "--recipe", "toy", "--config", config, "--no-progress", "--methods", "theseus"]
+    assert cli.main([*base, "--out", str(tmp_path / "first")]) == 0
+    built.clear(), moved.clear()
+    assert cli.main([*base, "--out", str(tmp_path / "second"), "--predecessor-from", str(tmp_path / "first")]) == 0
+    used = built[-1]  # the run builds one for the budget check only when there is a budget: the last is the run's
+    assert any(identity == id(used) and str(args[0]) == "cpu" for identity, args in moved if args)
