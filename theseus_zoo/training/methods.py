@@ -239,9 +239,7 @@ class Theseus(Method):
     def build(self, context: Context) -> Trainee:
         task, recipe = context.task, context.recipe
         model = copy.deepcopy(context.predecessor)
-        options = dict(task.replace_options) if isinstance(task, ReplaceOptions) else {}
-        if isinstance(task, ExampleInputs):  # replace_ runs them at rate 0 and refuses a wrong surgery
-            options["example_inputs"], options["example_kwargs"] = to_device(task.example_inputs(), context.device)
+        options = replace_options(task, context.device)
         plan = task.plan(model)  # also prepares the model where a family must (a GNN's stepped form)
         plan = plan if context.plan is None else context.plan
         theseus = th.replace_(model, plan, seed=recipe.seed, **options)
@@ -273,6 +271,16 @@ class Theseus(Method):
 
         stages.append(Stage("replacing" + self.suffix, replacing, objective))
         return Trainee(model, stages, theseus.finalize)
+
+
+def replace_options(task: Task, device: torch.device) -> dict[str, Any]:
+    """The keyword arguments a run gives `theseus_core.replace_` on ``task``: the family's own
+    (`ReplaceOptions`) and its example batches on ``device`` (`ExampleInputs`: replace_ runs them at rate 0 and
+    refuses a wrong surgery)."""
+    options = dict(task.replace_options) if isinstance(task, ReplaceOptions) else {}
+    if isinstance(task, ExampleInputs):
+        options["example_inputs"], options["example_kwargs"] = to_device(task.example_inputs(), device)
+    return options
 
 
 def split_budget(recipe: Recipe) -> tuple[Phase, Phase, int]:

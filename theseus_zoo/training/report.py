@@ -21,7 +21,8 @@ from ..tasks.protocols import refinement, scores_examples
 from . import stats
 from .methods import to_device
 from .results import REPORT, ModelResult, Report
-from .timing import interleaved_seconds, median_ratio
+from .search import measure_frontier, plot_search
+from .timing import latency_ratio
 
 if TYPE_CHECKING:
     from .session import Session
@@ -79,7 +80,8 @@ def search_lines(search: dict[str, Any]) -> str:
         entry = search["candidates"][path][name]
         lines.append(f"| {path} | {name} | {entry['score']:.4f} | {entry['latency'] * 1e3:.2f} | {entry['params']:,} |")
     lines.append(
-        "\n`search.png`: the solver's choice at other budgets and the uniform choices, by predicted cost and score."
+        "\n`search.png`: the solver's choice at other budgets and the uniform choices, each assembled: score against "
+        "measured cost (a latency search shows the predictions beside)."
     )
     return "\n".join(lines)
 
@@ -199,12 +201,11 @@ def write_report(session: Session, models: dict[str, nn.Module], compact: nn.Mod
         parameters = report.models["theseus"].parameters / report.models["predecessor"].parameters
         measured = 1 / report.speedup if compact is models["theseus"] and report.speedup else None
         report.search = {**session.state.search, "params_ratio": parameters, "measured_latency_ratio": measured}
+        report.search = measure_frontier(report.search, task, recipe, models["predecessor"], session.accelerator.device)
     report.save(out / REPORT)
     (out / "report.md").write_text(markdown_report(report))
     plot_curves(out / "metrics.jsonl", out / "curves.png", task.metric)
     if report.search is not None:
-        from .search import plot_search
-
         plot_search(report.search, out / "search.png")
     return report.to_dict()
 
@@ -217,14 +218,6 @@ def _size_on_disk(task: Task, out: Path, name: str, model: nn.Module) -> int:
         return sum(f.stat().st_size for f in task.export(model, Path(scratch) / "model"))
 
 
-def _speedup(task: Task, predecessor: nn.Module, compact: nn.Module, device: torch.device, repeats: int = 7) -> float:
+def _speedup(task: Task, predecessor: nn.Module, compact: nn.Module, device: torch.device) -> float:
     """Median per-turn latency ratio, predecessor over successor, eager, on `Task.latency_batch`."""
-    batch = to_device(task.latency_batch(), device)
-    predecessor.eval(), compact.eval()
-    runs = {
-        "predecessor": lambda: task.forward(predecessor, batch),
-        "successor": lambda: task.forward(compact, batch),
-    }
-    with torch.no_grad():
-        times = interleaved_seconds(runs, warmup=1, repeats=repeats, device=device)
-    return median_ratio(times["predecessor"], times["successor"])
+    return 1 / latency_ratio(task.forward, predecessor, compact, to_device(task.latency_batch(), device), device)

@@ -29,7 +29,8 @@ from ..recipes.recipe import BUDGET_KINDS, Recipe
 from ..tasks import Task
 from ..tasks.protocols import ExampleInputs, OffersCandidates
 from .data_order import DataOrder, labelled_split
-from .methods import to_device
+from .methods import replace_options, to_device
+from .timing import latency_ratio
 
 SCORE_BATCHES = 2
 """Batches at the end of the training split that score the candidates; the distillation never sees them."""
@@ -61,23 +62,63 @@ def frontier(
     return points
 
 
+def measure_frontier(
+    search: dict[str, Any], task: Task, recipe: Recipe, predecessor: nn.Module, device: torch.device
+) -> dict[str, Any]:
+    """``search`` (a run's record) with every frontier point and every uniform choice assembled and measured
+    (`BudgetSearch.measure`: ``params_ratio``, ``measured_latency_ratio``), so that the plot can put each at what it
+    costs rather than at what the solver predicted."""
+    paths = list(search["candidates"])
+    uniform = {name: dict.fromkeys(paths, name) for name in search["uniform"]}
+    choices = [point["chosen"] for point in search["frontier"]] + list(uniform.values())
+    measured = BudgetSearch(task, recipe, device).measure(predecessor, choices)
+    frontier = [
+        {**point, **cost} for point, cost in zip(search["frontier"], measured[: len(search["frontier"])], strict=True)
+    ]
+    costs = dict(zip(uniform, measured[len(search["frontier"]) :], strict=True))
+    return {
+        **search,
+        "frontier": frontier,
+        "uniform": {name: {**point, **costs[name]} for name, point in search["uniform"].items()},
+    }
+
+
 def plot_search(search: dict[str, Any], png: Path) -> None:
-    """The summed score of the solver's choice against its predicted cost ratio at every budget of the frontier,
-    the run's own choice marked, and each uniform choice (one kind of candidate for every group) as a point."""
+    """The summed score of the solver's choice at every budget of the frontier against its cost ratio, the run's
+    own choice marked, and each uniform choice (one kind of candidate for every group) as a point. A latency search
+    puts each choice at its measured latency, once assembled (`measure_frontier`), and the solver's predictions
+    beside them as crosses; a parameters search at its parameters (exact)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     (kind,) = search["budget"]
+    measured = "measured_latency_ratio" if kind == "latency" else "params_ratio"
+
+    def x(point: dict[str, Any]) -> float | None:
+        return point.get(measured, point["predicted_ratio"] if kind != "latency" else None)
+
     figure, axis = plt.subplots(figsize=(6, 4))
-    points = search["frontier"]
-    axis.plot([p["predicted_ratio"] for p in points], [p["score"] for p in points], "o-", label="searched")
+    points = [p for p in search["frontier"] if x(p) is not None]
+    axis.plot([x(p) for p in points], [p["score"] for p in points], "o-", label="searched")
+    if kind == "latency":
+        predicted = search["frontier"]
+        axis.plot(
+            [p["predicted_ratio"] for p in predicted],
+            [p["score"] for p in predicted],
+            "x",
+            color="grey",
+            label="searched, as predicted",
+        )
     total = sum(search["candidates"][path][name]["score"] for path, name in search["chosen"].items())
-    axis.plot([search["predicted_ratio"]], [total], "*", markersize=14, label="this run's choice")
+    own = search.get(measured, search["predicted_ratio"]) if kind == "latency" else search["predicted_ratio"]
+    if own is not None:
+        axis.plot([own], [total], "*", markersize=14, label="this run's choice")
     for name, point in search["uniform"].items():
-        axis.plot([point["predicted_ratio"]], [point["score"]], "s", label=f"uniform {name}")
-    axis.set_xlabel(f"predicted {kind} / the predecessor's")
+        if x(point) is not None:
+            axis.plot([x(point)], [point["score"]], "s", label=f"uniform {name}")
+    axis.set_xlabel(f"{'measured ' if kind == 'latency' else ''}{kind} / the predecessor's")
     axis.set_ylabel("summed score (minus soft loss, 0 = predecessor)")
     axis.legend(fontsize=7)
     figure.tight_layout()
@@ -147,6 +188,39 @@ class BudgetSearch:
         costs = library.costs(self.cost_batch(), self.task.logits)
         library.check_budget(costs, self.fraction, self.kind)
         return costs
+
+    def measure(self, predecessor: nn.Module, choices: list[dict[str, str]]) -> list[dict[str, Any]]:
+        """What each choice costs once assembled, as the run assembles its own (the family's preparation,
+        `replace_` with the library's plan, `finalize`), against ``predecessor``: ``params_ratio`` (exact) and
+        ``measured_latency_ratio`` (`timing.latency_ratio` on `Task.latency_batch`, eager). Weights do not change
+        what an architecture costs, so the candidates are assembled as built, undistilled; the run's random
+        streams are left as they were. A choice that does not assemble gets ``{"refused": reason}``; a choice met
+        twice is assembled once."""
+        library = self.library(predecessor)
+        batch = to_device(self.task.latency_batch(), self.device)
+        options = replace_options(self.task, self.device)
+        total = sum(p.numel() for p in predecessor.parameters())
+        measured: dict[tuple[tuple[str, str], ...], dict[str, Any]] = {}
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            for choice in choices:
+                key = tuple(sorted(choice.items()))
+                if key in measured:
+                    continue
+                model = copy.deepcopy(predecessor)
+                self.task.plan(model)  # the family's preparation (a GNN's stepped form), as a run's
+                try:
+                    compact = th.replace_(model, library.plan(choice), seed=self.recipe.seed, **options).finalize()
+                except ValueError as error:  # a VerificationError too
+                    measured[key] = {"refused": str(error)}
+                    continue
+                measured[key] = {
+                    "params_ratio": sum(p.numel() for p in compact.parameters()) / total,
+                    "measured_latency_ratio": latency_ratio(
+                        self.task.forward, predecessor, compact, batch, self.device
+                    ),
+                }
+                del model, compact
+        return [measured[tuple(sorted(choice.items()))] for choice in choices]
 
     def run(
         self,

@@ -35,3 +35,20 @@ def interleaved_seconds(
 def median_ratio(numerator: list[float], denominator: list[float]) -> float:
     """Median of the per-turn ratios of two interleaved measurements."""
     return statistics.median(a / b for a, b in zip(numerator, denominator, strict=True))
+
+
+def latency_ratio(
+    forward: Callable[[torch.nn.Module, Any], Any],
+    reference: torch.nn.Module,
+    model: torch.nn.Module,
+    batch: Any,
+    device: torch.device,
+    repeats: int = 7,
+) -> float:
+    """``model``'s latency over ``reference``'s on ``batch``: the median of per-turn ratios, eager, in eval mode and
+    without gradient, the two taking turns (`interleaved_seconds`, one warm-up turn each)."""
+    reference.eval(), model.eval()
+    runs = {"reference": lambda: forward(reference, batch), "model": lambda: forward(model, batch)}
+    with torch.no_grad():
+        times = interleaved_seconds(runs, warmup=1, repeats=repeats, device=device)
+    return median_ratio(times["model"], times["reference"])

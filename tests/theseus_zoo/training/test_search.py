@@ -166,6 +166,10 @@ def test_a_budget_on_a_graph_exports_an_ordinary_gcn(tmp_path, monkeypatch):
     scores = [point["score"] for point in search["frontier"]]
     assert scores == sorted(scores)  # a larger budget never chooses worse
     assert search["uniform"]["keep"]["predicted_ratio"] == pytest.approx(1.0) and "one" in search["uniform"]
+    # every choice the plot shows is assembled and measured; parameters are exact, so they equal the prediction
+    for point in [*search["frontier"], *search["uniform"].values()]:
+        assert point["params_ratio"] == pytest.approx(point["predicted_ratio"], rel=1e-9)
+        assert point["measured_latency_ratio"] > 0
     assert (out / "search.png").stat().st_size > 0
 
 
