@@ -17,6 +17,8 @@
    cost, as a mixed-integer program (``scipy.optimize.milp``); `CandidateLibrary.choose` turns a budget (a
    fraction of the predecessor's cost) into that limit and refuses, in one line, a budget outside (0, 1) or one
    that even the cheapest choice exceeds (`CandidateLibrary.check_budget`, which refuses without solving).
+   Candidates timed alone need not add up to the assembled model's time: `CandidateLibrary.choose_measured` takes a
+   ``measure(chosen)`` of the assembled model and corrects the solver's budget by what it measured.
 
 `CandidateLibrary.plan` gives the chosen candidates as a `Plan` whose successors start from their distilled
 weights: ``replace_(model, plan)`` then trains them like any successors (the global stage).
@@ -53,6 +55,8 @@ Forward = Callable[[nn.Module, Any], torch.Tensor]
 """``forward(model, batch) -> logits``: how the model is run on a batch (a family's ``Task.logits``)."""
 
 KEEP = "keep"
+_BELOW_ONE = 1 - 1e-9
+"""The largest budget `choose_measured` gives the solver (a budget is a fraction in (0, 1))."""
 
 
 def _stream_seed(base: int, *names: str) -> int:
@@ -433,6 +437,62 @@ class CandidateLibrary:
         used = sum(row[index] for row, index in zip(table, picked, strict=True))
         score = sum(row[index] for row, index in zip(values, picked, strict=True))
         return Choice(chosen, kind, float(budget), limit, (rest + used) / total, score)
+
+    def choose_measured(
+        self,
+        scores: Mapping[tuple[str, str], float],
+        costs: tuple[Mapping[tuple[str, str], Cost], Cost],
+        budget: float,
+        measure: Callable[[dict[str, str]], float],
+        kind: str = "latency",
+        *,
+        rounds: int = 4,
+    ) -> tuple[Choice, list[dict[str, Any]]]:
+        """`choose`, corrected by measurement: candidates timed alone need not add up to the assembled model's
+        time (a small layer's fixed overhead, work that overlaps), so each choice is assembled and measured
+        (``measure(chosen)``: the whole model's cost as a fraction of the predecessor's), and the solver runs again
+        with ``budget`` corrected by that choice's predicted over measured ratio (more room where the measurement
+        came in under the prediction, less where over; at most just under 1), for at most ``rounds`` choices, until
+        a choice repeats (an exact prediction stops at once) or the corrected budget goes below the cheapest
+        candidates.
+
+        Returns the choice of highest summed score among those measured within ``budget`` (none within: the one
+        measured cheapest), and the trail: for each choice measured, the budget the solver was given, its predicted
+        and measured ratios, its score and the choice. Refuses, like `choose`, before measuring anything."""
+        if rounds < 1:
+            raise ValueError(f"rounds must be at least 1, got {rounds!r}")
+        given, trail, tried = float(budget), [], set()
+        choice = self.choose(scores, costs, given, kind)
+        for _ in range(rounds):
+            key = tuple(sorted(choice.chosen.items()))
+            if key in tried:
+                break
+            tried.add(key)
+            measured = float(measure(dict(choice.chosen)))
+            trail.append(
+                {
+                    "budget_given": given,
+                    "predicted_ratio": choice.predicted_ratio,
+                    "measured_ratio": measured,
+                    "score": choice.score,
+                    "chosen": dict(choice.chosen),
+                }
+            )
+            # the solver's costs were off by predicted / measured for this choice: correct its budget by as much
+            given = min(budget * choice.predicted_ratio / measured, _BELOW_ONE) if measured > 0 else given
+            try:
+                choice = self.choose(scores, costs, given, kind)
+            except ValueError:  # scaled out of (0, 1) or below the cheapest candidates: nothing more to try
+                break
+        within = [entry for entry in trail if entry["measured_ratio"] <= budget]
+        best = (
+            max(within, key=lambda entry: entry["score"])
+            if within
+            else min(trail, key=lambda entry: entry["measured_ratio"])
+        )
+        total = self._table(costs, kind)[2]
+        limit = best["budget_given"] * total - costs[1].of(kind)  # the limit the solver chose it under
+        return Choice(best["chosen"], kind, float(budget), limit, best["predicted_ratio"], best["score"]), trail
 
     def plan(self, choice: Choice | Mapping[str, str]) -> Plan:
         """The chosen candidates as a `Plan` for `replace_`: each successor (and its projections) a copy of the

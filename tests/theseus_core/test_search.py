@@ -286,3 +286,44 @@ def test_on_an_accelerator_latency_is_read_between_synchronizations(monkeypatch)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: events.append(("synchronize", str(device))))
     th.latency_clock("cuda:0")(lambda: events.append("call"))
     assert events == [("synchronize", "cuda:0"), "call", ("synchronize", "cuda:0")]
+
+
+def measured_choices(setup, factor, budget=0.6):
+    """choose_measured on the toy library with synthetic scores and a measurement that is the predicted parameters
+    ratio times ``factor`` (a cost model off by that much)."""
+    _, library, batches = setup
+    costs = library.costs(batches[0], forward, rounds=1)
+    generator = torch.Generator().manual_seed(1)
+    scores = {key: 0.0 if key[1] == KEEP else -float(torch.rand(1, generator=generator)) for key in library.successors}
+    per_key, rest = costs
+    total = rest.params + sum(per_key[(path, KEEP)].params for path in GROUPS)
+    calls = []
+
+    def measure(chosen):
+        calls.append(chosen)
+        return factor * (rest.params + sum(per_key[(path, name)].params for path, name in chosen.items())) / total
+
+    choice, trail = library.choose_measured(scores, costs, budget, measure, kind="params")
+    return library.choose(scores, costs, budget, "params"), choice, trail, calls, measure
+
+
+@pytest.mark.parametrize("factor", [0.5, 0.8, 1.0, 1.25, 1.6])
+def test_a_measured_choice_fits_the_budget_by_measurement_and_scores_at_least_the_predicted_one(setup, factor):
+    plain, choice, trail, calls, measure = measured_choices(setup, factor)
+    assert trail[0]["chosen"] == plain.chosen and len(calls) == len(trail) <= 4  # each choice measured once
+    assert len({tuple(sorted(entry["chosen"].items())) for entry in trail}) == len(trail)
+    assert choice.chosen in [entry["chosen"] for entry in trail]
+    if any(entry["measured_ratio"] <= 0.6 for entry in trail):
+        assert measure(choice.chosen) <= 0.6
+        if measure(plain.chosen) <= 0.6:  # the solver's own choice fitted: correction only ever adds score
+            assert choice.score >= plain.score
+    if factor == 1.0:  # an exact prediction: the first choice stands, measured once
+        assert len(trail) == 1 and choice.chosen == plain.chosen
+    if factor < 1:  # measurements under the predictions: the correction gives the solver more room
+        assert len(trail) > 1 and trail[1]["budget_given"] > 0.6
+
+
+def test_when_no_choice_measures_within_the_budget_the_cheapest_measured_is_taken(setup):
+    _, choice, trail, _, measure = measured_choices(setup, 100.0, budget=0.9)
+    assert all(entry["measured_ratio"] > 0.9 for entry in trail)
+    assert measure(choice.chosen) == min(entry["measured_ratio"] for entry in trail)

@@ -79,6 +79,17 @@ def search_lines(search: dict[str, Any]) -> str:
     for path, name in search["chosen"].items():
         entry = search["candidates"][path][name]
         lines.append(f"| {path} | {name} | {entry['score']:.4f} | {entry['latency'] * 1e3:.2f} | {entry['params']:,} |")
+    trail = search.get("measured_choices")
+    if trail:
+        steps = ", ".join(
+            f"budget {entry['budget_given']:.3f}: predicted {entry['predicted_ratio']:.3f}, "
+            f"measured {entry['measured_ratio']:.3f}"
+            for entry in trail
+        )
+        lines.append(
+            "\nEach choice was assembled and measured, and the solver's budget corrected by what it measured "
+            f"({steps}); the choice above is the best-scoring one measured within the budget."
+        )
     lines.append(
         "\n`search.png`: the solver's choice at other budgets and the uniform choices, each assembled: score against "
         "measured cost (a latency search shows the predictions beside)."

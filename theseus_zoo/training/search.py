@@ -6,9 +6,11 @@ the predecessor as the family builds it (costs depend on the architecture, not o
 so the check builds the candidates, but distils, scores and solves nothing). Once the predecessor is fine-tuned,
 `BudgetSearch.run` builds every candidate of every group (`theseus_core.search.CandidateLibrary`), distils them
 blockwise on training batches (``budget["steps"]``), scores each alone in the predecessor on a held-out part of the
-training split (its last batches, never seen by the distillation; not dev, not test), and solves for the choice;
-every Theseus variant of the run then trains that choice (`Context.plan`), starting from the distilled weights. The
-outcome goes into the checkpoint (a resumed run keeps its choice and distils again, deterministically) and into
+training split (its last batches, never seen by the distillation; not dev, not test), and solves for the choice
+(for a latency budget, each choice assembled and measured and the solver corrected by what it measured:
+`theseus_core.search.CandidateLibrary.choose_measured`, the trail in ``measured_choices``); every Theseus variant of
+the run then trains that choice (`Context.plan`), starting from the distilled weights. The outcome goes into the
+checkpoint (a resumed run keeps its choice and distils again, deterministically) and into
 ``report.json["search"]``.
 """
 
@@ -189,14 +191,16 @@ class BudgetSearch:
         library.check_budget(costs, self.fraction, self.kind)
         return costs
 
-    def measure(self, predecessor: nn.Module, choices: list[dict[str, str]]) -> list[dict[str, Any]]:
+    def measure(
+        self, predecessor: nn.Module, choices: list[dict[str, str]], library: CandidateLibrary | None = None
+    ) -> list[dict[str, Any]]:
         """What each choice costs once assembled, as the run assembles its own (the family's preparation,
         `replace_` with the library's plan, `finalize`), against ``predecessor``: ``params_ratio`` (exact) and
         ``measured_latency_ratio`` (`timing.latency_ratio` on `Task.latency_batch`, eager). Weights do not change
         what an architecture costs, so the candidates are assembled as built, undistilled; the run's random
         streams are left as they were. A choice that does not assemble gets ``{"refused": reason}``; a choice met
-        twice is assembled once."""
-        library = self.library(predecessor)
+        twice is assembled once. ``library``: the candidates to assemble from (default: built afresh)."""
+        library = self.library(predecessor) if library is None else library
         batch = to_device(self.task.latency_batch(), self.device)
         options = replace_options(self.task, self.device)
         total = sum(p.numel() for p in predecessor.parameters())
@@ -237,7 +241,16 @@ class BudgetSearch:
         if saved is not None:
             return library.plan(saved["chosen"]), saved
         scores = library.scores(score, self.task.logits)
-        choice = library.choose(scores, costs, self.fraction, self.kind)
+        trail = None
+        if self.kind == "latency":  # the candidates' times need not add up: each choice assembled and measured
+
+            def measure(chosen: dict[str, str]) -> float:
+                (cost,) = self.measure(predecessor, [chosen], library)
+                return cost.get("measured_latency_ratio", float("inf"))  # one that does not assemble never fits
+
+            choice, trail = library.choose_measured(scores, costs, self.fraction, measure, self.kind)
+        else:  # parameters add up exactly
+            choice = library.choose(scores, costs, self.fraction, self.kind)
         per_key, rest = costs
         total = rest.of(self.kind) + sum(per_key[(path, "keep")].of(self.kind) for path in library.paths)
         record = {
@@ -245,6 +258,7 @@ class BudgetSearch:
             "steps": self.steps,
             "chosen": choice.chosen,
             "predicted_ratio": choice.predicted_ratio,
+            "measured_choices": trail,
             "candidates": {
                 path: {
                     name: {

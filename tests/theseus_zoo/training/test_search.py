@@ -148,6 +148,19 @@ def test_a_budget_on_the_toy_exports_a_shorter_toy_stack(tmp_path):
     )
 
 
+def test_a_latency_search_measures_its_choices_and_keeps_one_measured_within_the_budget(tmp_path):
+    search, out = searched(tmp_path, "toy", (10, 6), "--methods", "theseus", "--budget", "latency=0.5,steps=5")
+    trail = search["measured_choices"]
+    assert trail and trail[0]["budget_given"] == 0.5  # the solver's own choice is measured first
+    assert len({tuple(sorted(entry["chosen"].items())) for entry in trail}) == len(trail)  # none measured twice
+    taken = next(entry for entry in trail if entry["chosen"] == search["chosen"])
+    assert search["predicted_ratio"] == taken["predicted_ratio"]
+    within = [entry for entry in trail if entry["measured_ratio"] <= 0.5]
+    if within:  # timing decides which: whatever it measured, the best-scoring choice within the budget is taken
+        assert taken == max(within, key=lambda entry: entry["score"])
+    assert "assembled and measured" in (out / "report.md").read_text()
+
+
 def test_a_budget_on_a_graph_exports_an_ordinary_gcn(tmp_path, monkeypatch):
     """The gnn family's candidates (keep, skip, one, linear, mean): any choice converts back into a GCN that
     reloads."""
