@@ -446,44 +446,64 @@ class CandidateLibrary:
         measure: Callable[[dict[str, str]], float],
         kind: str = "latency",
         *,
-        rounds: int = 4,
+        rounds: int = 6,
+        tolerance: float = 0.01,
     ) -> tuple[Choice, list[dict[str, Any]]]:
-        """`choose`, corrected by measurement: candidates timed alone need not add up to the assembled model's
-        time (a small layer's fixed overhead, work that overlaps), so each choice is assembled and measured
-        (``measure(chosen)``: the whole model's cost as a fraction of the predecessor's), and the solver runs again
-        with ``budget`` corrected by that choice's predicted over measured ratio (more room where the measurement
-        came in under the prediction, less where over; at most just under 1), for at most ``rounds`` choices, until
-        a choice repeats (an exact prediction stops at once) or the corrected budget goes below the cheapest
-        candidates.
+        """`choose`, corrected by measurement. Candidates timed alone need not add up to the assembled model's time
+        (a small layer's fixed overhead, work that overlaps), so each choice is assembled and measured
+        (``measure(chosen)``: the whole model's cost as a fraction of the predecessor's), and the budget given to
+        the solver is searched for the largest whose choice measures within ``budget``: from ``budget``, corrected
+        by the last choice's predicted over measured ratio while every choice so far measured on one side of the
+        budget, then halving the interval between the largest given budget that measured within and the smallest
+        that measured over, until it is narrower than ``tolerance``, the measurement leaves no more room, the given
+        budget goes below the cheapest candidates, or ``rounds`` solver calls are made. A choice met again is not
+        measured again.
 
         Returns the choice of highest summed score among those measured within ``budget`` (none within: the one
-        measured cheapest), and the trail: for each choice measured, the budget the solver was given, its predicted
-        and measured ratios, its score and the choice. Refuses, like `choose`, before measuring anything."""
+        measured cheapest), and the trail, one entry per solver call: the budget given, the choice, its predicted
+        and measured ratios and its score. Refuses, like `choose`, before measuring anything; an exact prediction
+        measures one choice."""
         if rounds < 1:
             raise ValueError(f"rounds must be at least 1, got {rounds!r}")
-        given, trail, tried = float(budget), [], set()
-        choice = self.choose(scores, costs, given, kind)
+        self.check_budget(costs, budget, kind)
+        given, trail, measured = float(budget), [], {}
+        within_at = over_at = None  # the largest given budget whose choice measured within, the smallest over
         for _ in range(rounds):
-            key = tuple(sorted(choice.chosen.items()))
-            if key in tried:
+            try:
+                choice = self.choose(scores, costs, given, kind)
+            except ValueError:  # below the cheapest candidates: nothing cheaper to try
                 break
-            tried.add(key)
-            measured = float(measure(dict(choice.chosen)))
+            key = tuple(sorted(choice.chosen.items()))
+            if key not in measured:
+                measured[key] = float(measure(dict(choice.chosen)))
+            ratio = measured[key]
             trail.append(
                 {
                     "budget_given": given,
                     "predicted_ratio": choice.predicted_ratio,
-                    "measured_ratio": measured,
+                    "measured_ratio": ratio,
                     "score": choice.score,
                     "chosen": dict(choice.chosen),
                 }
             )
+            if ratio <= budget:
+                within_at = given if within_at is None else max(within_at, given)
+            else:
+                over_at = given if over_at is None else min(over_at, given)
+            if within_at is not None and over_at is not None:
+                if over_at - within_at <= tolerance:
+                    break
+                given = (within_at + over_at) / 2
+                continue
             # the solver's costs were off by predicted / measured for this choice: correct its budget by as much
-            given = min(budget * choice.predicted_ratio / measured, _BELOW_ONE) if measured > 0 else given
-            try:
-                choice = self.choose(scores, costs, given, kind)
-            except ValueError:  # scaled out of (0, 1) or below the cheapest candidates: nothing more to try
-                break
+            corrected = min(budget * choice.predicted_ratio / ratio, _BELOW_ONE) if ratio > 0 else given
+            if within_at is not None and corrected <= within_at:
+                break  # within, and the measurement leaves no more room
+            if over_at is not None and corrected >= over_at:
+                corrected = over_at * (1 - tolerance)  # over, and the correction would not go lower: step down
+            given = corrected
+        if not trail:  # check_budget passed, so the first call solved: unreachable
+            raise AssertionError("choose_measured measured nothing")
         within = [entry for entry in trail if entry["measured_ratio"] <= budget]
         best = (
             max(within, key=lambda entry: entry["score"])

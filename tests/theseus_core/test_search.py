@@ -29,8 +29,8 @@ def narrow(group):
     return ToyBlock(8, hidden=8, dropout=0.0)
 
 
-@pytest.fixture
-def setup():
+def toy_library():
+    """A ToyStack of 6 blocks in 3 groups, its candidates (keep, skip, one, narrow) and 3 batches."""
     torch.manual_seed(0)
     model = ToyStack(in_features=8, width=16, num_blocks=6, num_classes=3, dropout=0.0).eval()
     plan = [th.ModuleSpec(path) for path in GROUPS]
@@ -43,6 +43,11 @@ def setup():
     batches = [torch.randn(32, 8, generator=torch.Generator().manual_seed(seed)) for seed in range(3)]
     library = CandidateLibrary(model, candidates, example_inputs=[(batches[0],)])
     return model, library, batches
+
+
+@pytest.fixture
+def setup():
+    return toy_library()
 
 
 def brute_force(scores, costs, limit):
@@ -288,13 +293,19 @@ def test_on_an_accelerator_latency_is_read_between_synchronizations(monkeypatch)
     assert events == [("synchronize", "cuda:0"), "call", ("synchronize", "cuda:0")]
 
 
+@pytest.fixture(scope="module")
+def setup_once():
+    """The toy library, synthetic scores and the costs, built once for a property test."""
+    _, library, batches = toy_library()
+    generator = torch.Generator().manual_seed(1)
+    scores = {key: 0.0 if key[1] == KEEP else -float(torch.rand(1, generator=generator)) for key in library.successors}
+    return library, scores, library.costs(batches[0], forward, rounds=1)
+
+
 def measured_choices(setup, factor, budget=0.6):
     """choose_measured on the toy library with synthetic scores and a measurement that is the predicted parameters
     ratio times ``factor`` (a cost model off by that much)."""
-    _, library, batches = setup
-    costs = library.costs(batches[0], forward, rounds=1)
-    generator = torch.Generator().manual_seed(1)
-    scores = {key: 0.0 if key[1] == KEEP else -float(torch.rand(1, generator=generator)) for key in library.successors}
+    library, scores, costs = setup
     per_key, rest = costs
     total = rest.params + sum(per_key[(path, KEEP)].params for path in GROUPS)
     calls = []
@@ -308,10 +319,11 @@ def measured_choices(setup, factor, budget=0.6):
 
 
 @pytest.mark.parametrize("factor", [0.5, 0.8, 1.0, 1.25, 1.6])
-def test_a_measured_choice_fits_the_budget_by_measurement_and_scores_at_least_the_predicted_one(setup, factor):
-    plain, choice, trail, calls, measure = measured_choices(setup, factor)
-    assert trail[0]["chosen"] == plain.chosen and len(calls) == len(trail) <= 4  # each choice measured once
-    assert len({tuple(sorted(entry["chosen"].items())) for entry in trail}) == len(trail)
+def test_a_measured_choice_fits_the_budget_by_measurement_and_scores_at_least_the_predicted_one(setup_once, factor):
+    plain, choice, trail, calls, measure = measured_choices(setup_once, factor)
+    assert trail[0]["chosen"] == plain.chosen and len(trail) <= 6  # one entry per solver call
+    distinct = {tuple(sorted(entry["chosen"].items())) for entry in trail}
+    assert len(calls) == len(distinct)  # a choice met again is not measured again
     assert choice.chosen in [entry["chosen"] for entry in trail]
     if any(entry["measured_ratio"] <= 0.6 for entry in trail):
         assert measure(choice.chosen) <= 0.6
@@ -321,9 +333,46 @@ def test_a_measured_choice_fits_the_budget_by_measurement_and_scores_at_least_th
         assert len(trail) == 1 and choice.chosen == plain.chosen
     if factor < 1:  # measurements under the predictions: the correction gives the solver more room
         assert len(trail) > 1 and trail[1]["budget_given"] > 0.6
+    if factor > 1 and trail[0]["measured_ratio"] > 0.6:  # over: the solver is given less
+        assert len(trail) > 1 and trail[1]["budget_given"] < 0.6
 
 
-def test_when_no_choice_measures_within_the_budget_the_cheapest_measured_is_taken(setup):
-    _, choice, trail, _, measure = measured_choices(setup, 100.0, budget=0.9)
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.floats(0.3, 3.0), min_size=1, max_size=12), st.floats(0.2, 0.9))
+def test_a_measured_choice_is_the_best_scoring_one_it_measured_within_the_budget(setup_once, factors, budget):
+    """Whatever the measurements (a factor per choice, in the order met), the choice is the best-scoring one of
+    those measured within the budget, or the one measured cheapest when none was; every choice measured once."""
+    library, scores, costs = setup_once
+    per_key, rest = costs
+    total = rest.params + sum(per_key[(path, KEEP)].params for path in GROUPS)
+    cheapest = rest.params + sum(min(per_key[(path, name)].params for name in library.names(path)) for path in GROUPS)
+    if cheapest / total > budget:
+        return
+    met = {}
+
+    def measure(chosen):
+        key = tuple(sorted(chosen.items()))
+        assert key not in met  # measured once
+        met[key] = (
+            factors[len(met) % len(factors)]
+            * (rest.params + sum(per_key[(path, name)].params for path, name in chosen.items()))
+            / total
+        )
+        return met[key]
+
+    choice, trail = library.choose_measured(scores, costs, budget, measure, kind="params")
+    assert all(entry["measured_ratio"] == met[tuple(sorted(entry["chosen"].items()))] for entry in trail)
+    within = [entry for entry in trail if entry["measured_ratio"] <= budget]
+    if within:
+        assert (
+            choice.score == max(entry["score"] for entry in within)
+            and met[tuple(sorted(choice.chosen.items()))] <= budget
+        )
+    else:
+        assert met[tuple(sorted(choice.chosen.items()))] == min(met.values())
+
+
+def test_when_no_choice_measures_within_the_budget_the_cheapest_measured_is_taken(setup_once):
+    _, choice, trail, _, measure = measured_choices(setup_once, 100.0, budget=0.9)
     assert all(entry["measured_ratio"] > 0.9 for entry in trail)
     assert measure(choice.chosen) == min(entry["measured_ratio"] for entry in trail)
