@@ -145,7 +145,9 @@ class BudgetSearch:
                 f"the {self.recipe.family} family offers no candidates for a budget search (its Task does not "
                 "implement theseus_zoo.tasks.protocols.OffersCandidates)"
             )
-        predecessor = copy.deepcopy(predecessor)  # a family may convert the model it plans (a GNN's stepped form)
+        # a copy, since a family may convert the model it plans (a GNN's stepped form), on the device the candidates
+        # are timed on and the inputs go to (the check's predecessor is built on the CPU)
+        predecessor = copy.deepcopy(predecessor).to(self.device)
         candidates, on_finalize = self.task.candidates(predecessor)
         inputs = (
             to_device(self.task.example_inputs(), self.device) if isinstance(self.task, ExampleInputs) else (None, None)

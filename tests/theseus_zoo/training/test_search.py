@@ -210,3 +210,21 @@ def test_a_graph_search_that_chooses_a_cheaper_layer_exports_what_load_exported_
     ]
     model = graphs.load_exported(out / "model", "gcn")
     assert [type(conv).__name__ for conv in model.convs] == ["MeanConv", "GCNConv"]
+
+
+def test_the_library_is_built_on_the_searchs_device_whatever_the_predecessors(monkeypatch):
+    """The check builds the library from a predecessor fresh on the CPU; on a GPU its candidates must be on the
+    GPU with the batches they are verified and timed on. A device that is not the CPU is stood in for by a spy."""
+    from torch import nn
+
+    from theseus_zoo.recipes import get_recipe
+    from theseus_zoo.tasks import build_task
+    from theseus_zoo.training.search import BudgetSearch
+
+    recipe = get_recipe("toy").with_overrides({"budget": {"latency": 0.5}})
+    task = build_task(recipe.family, recipe.options, recipe.seed)
+    moved = []
+    to = nn.Module.to
+    monkeypatch.setattr(nn.Module, "to", lambda self, *args, **kwargs: moved.append(args) or to(self, *args, **kwargs))
+    BudgetSearch(task, recipe, torch.device("cpu")).library(task.build_predecessor())
+    assert any(args and str(args[0]) == "cpu" for args in moved)
