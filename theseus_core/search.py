@@ -190,8 +190,10 @@ class Cost:
 
 @dataclass(frozen=True)
 class Choice:
-    """What `CandidateLibrary.choose` picked: a candidate name per group path, the budget, the limit it set on the
-    groups' summed cost, and the predicted cost of the whole model as a fraction of the predecessor's."""
+    """What `CandidateLibrary.choose` picked: a candidate name per group path, the budget, the limit the solver
+    chose under on the groups' summed cost, and the predicted cost of the whole model as a fraction of the
+    predecessor's. From `CandidateLibrary.choose_measured`, ``budget`` is the caller's and ``limit`` the one of the
+    budget it gave the solver (corrected by measurement), so ``predicted_ratio`` may exceed ``budget``."""
 
     chosen: dict[str, str]
     kind: str
@@ -451,28 +453,33 @@ class CandidateLibrary:
     ) -> tuple[Choice, list[dict[str, Any]]]:
         """`choose`, corrected by measurement. Candidates timed alone need not add up to the assembled model's time
         (a small layer's fixed overhead, work that overlaps), so each choice is assembled and measured
-        (``measure(chosen)``: the whole model's cost as a fraction of the predecessor's), and the budget given to
-        the solver is searched for the largest whose choice measures within ``budget``: from ``budget``, corrected
-        by the last choice's predicted over measured ratio while every choice so far measured on one side of the
-        budget, then halving the interval between the largest given budget that measured within and the smallest
-        that measured over, until it is narrower than ``tolerance``, the measurement leaves no more room, the given
-        budget goes below the cheapest candidates, or ``rounds`` solver calls are made. A choice met again is not
-        measured again.
+        (``measure(chosen)``: the whole model's cost as a fraction of the predecessor's; ``inf`` for one that does
+        not assemble), and the budget given to the solver is searched for the largest whose choice measures within
+        ``budget``: from ``budget``, corrected by the last choice's predicted over measured ratio while every choice
+        so far measured on one side of the budget (never below what the cheapest candidates are predicted to
+        cost), then halving the interval between the largest given budget that measured within and the smallest
+        that measured over, until it is narrower than ``tolerance``, the measurement leaves no more room, the
+        cheapest choice measured over, or ``rounds`` solver calls are made. A choice met again is not measured
+        again.
 
         Returns the choice of highest summed score among those measured within ``budget`` (none within: the one
-        measured cheapest), and the trail, one entry per solver call: the budget given, the choice, its predicted
-        and measured ratios and its score. Refuses, like `choose`, before measuring anything; an exact prediction
-        measures one choice."""
+        measured cheapest; its `Choice.predicted_ratio` may then exceed ``budget``, and the trail says so), and the
+        trail, one entry per solver call: the budget given, the choice, its predicted and measured ratios and its
+        score. Refuses, like `choose`, before measuring anything; an exact prediction measures one choice.
+
+        Raises:
+            ValueError: A budget outside (0, 1) or below the cheapest candidates (before any measurement), or no
+                choice the solver made assembled (every measurement ``inf``).
+        """
         if rounds < 1:
             raise ValueError(f"rounds must be at least 1, got {rounds!r}")
         self.check_budget(costs, budget, kind)
+        _, table, total = self._table(costs, kind)
+        floor = min((costs[1].of(kind) + sum(min(row) for row in table)) / total * (1 + 1e-9), budget)
         given, trail, measured = float(budget), [], {}
         within_at = over_at = None  # the largest given budget whose choice measured within, the smallest over
         for _ in range(rounds):
-            try:
-                choice = self.choose(scores, costs, given, kind)
-            except ValueError:  # below the cheapest candidates: nothing cheaper to try
-                break
+            choice = self.choose(scores, costs, given, kind)  # given stays in [floor, 1): the solver finds one
             key = tuple(sorted(choice.chosen.items()))
             if key not in measured:
                 measured[key] = float(measure(dict(choice.chosen)))
@@ -488,29 +495,35 @@ class CandidateLibrary:
             )
             if ratio <= budget:
                 within_at = given if within_at is None else max(within_at, given)
-            else:
+            else:  # an inf (does not assemble) too
                 over_at = given if over_at is None else min(over_at, given)
             if within_at is not None and over_at is not None:
                 if over_at - within_at <= tolerance:
                     break
                 given = (within_at + over_at) / 2
                 continue
+            if within_at is None and given <= floor:
+                break  # the cheapest choice measured over: nothing cheaper to try
             # the solver's costs were off by predicted / measured for this choice: correct its budget by as much
-            corrected = min(budget * choice.predicted_ratio / ratio, _BELOW_ONE) if ratio > 0 else given
+            corrected = budget * choice.predicted_ratio / ratio if ratio > 0 else given
+            corrected = min(max(corrected, floor), _BELOW_ONE)
             if within_at is not None and corrected <= within_at:
                 break  # within, and the measurement leaves no more room
             if over_at is not None and corrected >= over_at:
-                corrected = over_at * (1 - tolerance)  # over, and the correction would not go lower: step down
+                corrected = max(over_at * (1 - tolerance), floor)  # over, and the correction would not go lower
             given = corrected
-        if not trail:  # check_budget passed, so the first call solved: unreachable
-            raise AssertionError("choose_measured measured nothing")
-        within = [entry for entry in trail if entry["measured_ratio"] <= budget]
+        assembled = [entry for entry in trail if entry["measured_ratio"] != float("inf")]
+        if not assembled:
+            raise ValueError(
+                f"none of the {len(measured)} choice(s) the solver made under a {kind} budget of {budget:g} "
+                "assembled; see why with replace_ on CandidateLibrary.plan(choice)"
+            )
+        within = [entry for entry in assembled if entry["measured_ratio"] <= budget]
         best = (
             max(within, key=lambda entry: entry["score"])
             if within
-            else min(trail, key=lambda entry: entry["measured_ratio"])
+            else min(assembled, key=lambda entry: entry["measured_ratio"])
         )
-        total = self._table(costs, kind)[2]
         limit = best["budget_given"] * total - costs[1].of(kind)  # the limit the solver chose it under
         return Choice(best["chosen"], kind, float(budget), limit, best["predicted_ratio"], best["score"]), trail
 

@@ -376,3 +376,27 @@ def test_when_no_choice_measures_within_the_budget_the_cheapest_measured_is_take
     _, choice, trail, _, measure = measured_choices(setup_once, 100.0, budget=0.9)
     assert all(entry["measured_ratio"] > 0.9 for entry in trail)
     assert measure(choice.chosen) == min(entry["measured_ratio"] for entry in trail)
+
+
+@pytest.mark.parametrize("first", [60.0, float("inf")])
+def test_a_first_choice_far_over_or_not_assembling_sends_the_solver_down_to_the_cheapest_not_out(setup_once, first):
+    """The correction of a choice measured far over the budget (or one that does not assemble: inf) would give the
+    solver less than the cheapest candidates cost: it is given the cheapest instead, which fits here."""
+    library, scores, costs = setup_once
+    per_key, rest = costs
+    total = rest.params + sum(per_key[(path, KEEP)].params for path in GROUPS)
+    plain = library.choose(scores, costs, 0.6, "params")
+
+    def measure(chosen):
+        exact = (rest.params + sum(per_key[(path, name)].params for path, name in chosen.items())) / total
+        return first if chosen == plain.chosen else exact
+
+    choice, trail = library.choose_measured(scores, costs, 0.6, measure, kind="params")
+    assert trail[0]["chosen"] == plain.chosen and len(trail) > 1
+    assert choice.chosen != plain.chosen and measure(choice.chosen) <= 0.6
+
+
+def test_when_no_choice_assembles_the_measured_choice_is_refused(setup_once):
+    library, scores, costs = setup_once
+    with pytest.raises(ValueError, match="assembled"):
+        library.choose_measured(scores, costs, 0.6, lambda chosen: float("inf"), kind="params")

@@ -86,9 +86,14 @@ def search_lines(search: dict[str, Any]) -> str:
             f"measured {entry['measured_ratio']:.3f}"
             for entry in trail
         )
+        outcome = (
+            "the choice above is the best-scoring one measured within the budget"
+            if search.get("within_budget", True)
+            else "**none measured within the budget**: the choice above is the one measured cheapest"
+        )
         lines.append(
             "\nEach choice was assembled and measured, and the solver's budget corrected by what it measured "
-            f"({steps}); the choice above is the best-scoring one measured within the budget."
+            f"({steps}); {outcome}."
         )
     lines.append(
         "\n`search.png`: the solver's choice at other budgets and the uniform choices, each assembled: score against "
@@ -212,7 +217,12 @@ def write_report(session: Session, models: dict[str, nn.Module], compact: nn.Mod
         parameters = report.models["theseus"].parameters / report.models["predecessor"].parameters
         measured = 1 / report.speedup if compact is models["theseus"] and report.speedup else None
         report.search = {**session.state.search, "params_ratio": parameters, "measured_latency_ratio": measured}
-        report.search = measure_frontier(report.search, task, recipe, models["predecessor"], session.accelerator.device)
+        try:  # a finished run's report is not lost for a plot's measurements
+            report.search = measure_frontier(
+                report.search, task, recipe, models["predecessor"], session.accelerator.device
+            )
+        except (ValueError, TypeError, RuntimeError) as error:
+            report.search["frontier_not_measured"] = f"{type(error).__name__}: {error}"
     report.save(out / REPORT)
     (out / "report.md").write_text(markdown_report(report))
     plot_curves(out / "metrics.jsonl", out / "curves.png", task.metric)

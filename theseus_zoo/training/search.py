@@ -17,7 +17,9 @@ checkpoint (a resumed run keeps its choice and distils again, deterministically)
 from __future__ import annotations
 
 import copy
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -202,12 +204,12 @@ class BudgetSearch:
         what an architecture costs, so the candidates are assembled as built, undistilled; the run's random
         streams are left as they were. A choice that does not assemble gets ``{"refused": reason}``; a choice met
         twice is assembled once. ``library``: the candidates to assemble from (default: built afresh)."""
-        library = self.library(predecessor) if library is None else library
         batch = to_device(self.task.latency_batch(), self.device)
         options = replace_options(self.task, self.device)
         total = sum(p.numel() for p in predecessor.parameters())
         measured: dict[tuple[tuple[str, str], ...], dict[str, Any]] = {}
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            library = self.library(predecessor) if library is None else library  # building it draws
             for choice in choices:
                 key = tuple(sorted(choice.items()))
                 if key in measured:
@@ -216,8 +218,8 @@ class BudgetSearch:
                 self.task.plan(model)  # the family's preparation (a GNN's stepped form), as a run's
                 try:
                     compact = th.replace_(model, library.plan(choice), seed=self.recipe.seed, **options).finalize()
-                except ValueError as error:  # a VerificationError too
-                    measured[key] = {"refused": str(error)}
+                except (ValueError, TypeError, RuntimeError) as error:  # what the library refuses a candidate for
+                    measured[key] = {"refused": f"{type(error).__name__}: {error}"}
                     continue
                 measured[key] = {
                     "params_ratio": sum(p.numel() for p in compact.parameters()) / total,
@@ -233,9 +235,12 @@ class BudgetSearch:
         predecessor: nn.Module,
         costs: tuple[dict[tuple[str, str], Cost], Cost],
         saved: dict[str, Any] | None = None,
+        agree: Callable[[dict[str, Any]], dict[str, Any]] = lambda record: record,
     ) -> tuple[th.Plan, dict[str, Any]]:
         """Distils every candidate, then (unless ``saved`` holds an earlier choice of this run) scores and chooses;
-        returns the plan of the choice and the record for the checkpoint and the report."""
+        returns the plan of the choice and the record for the checkpoint and the report. ``agree`` turns this
+        process's record into the one every process takes (a run on several processes: rank 0's, since measured
+        costs differ between processes; default: its own)."""
         started = time.perf_counter()
         library = self.library(predecessor)
         distill, score = self.batches()
@@ -251,8 +256,16 @@ class BudgetSearch:
                 return cost.get("measured_latency_ratio", float("inf"))  # one that does not assemble never fits
 
             choice, trail = library.choose_measured(scores, costs, self.fraction, measure, self.kind)
+            within = any(entry["measured_ratio"] <= self.fraction for entry in trail)
+            if not within:
+                cheapest = min(entry["measured_ratio"] for entry in trail)
+                print(
+                    f"theseus: warning: no choice measured within the latency budget of {self.fraction:g}; the "
+                    f"cheapest measured {cheapest:.3f} of the predecessor's latency and is the one trained",
+                    file=sys.stderr,
+                )
         else:  # parameters add up exactly
-            choice = library.choose(scores, costs, self.fraction, self.kind)
+            choice, within = library.choose(scores, costs, self.fraction, self.kind), True
         per_key, rest = costs
         total = rest.of(self.kind) + sum(per_key[(path, "keep")].of(self.kind) for path in library.paths)
         record = {
@@ -261,6 +274,7 @@ class BudgetSearch:
             "chosen": choice.chosen,
             "predicted_ratio": choice.predicted_ratio,
             "measured_choices": trail,
+            "within_budget": within,
             "candidates": {
                 path: {
                     name: {
@@ -289,4 +303,5 @@ class BudgetSearch:
             },
             "seconds": time.perf_counter() - started,
         }
-        return library.plan(choice), record
+        record = agree(record)
+        return library.plan(record["chosen"]), record

@@ -159,6 +159,7 @@ def test_a_latency_search_measures_its_choices_and_keeps_one_measured_within_the
     taken = next(entry for entry in trail if entry["chosen"] == search["chosen"])
     assert search["predicted_ratio"] == taken["predicted_ratio"]
     within = [entry for entry in trail if entry["measured_ratio"] <= 0.5]
+    assert search["within_budget"] == bool(within)
     if within:  # timing decides which: whatever it measured, the best-scoring choice within the budget is taken
         assert taken == max(within, key=lambda entry: entry["score"])
     assert "assembled and measured" in (out / "report.md").read_text()
