@@ -260,13 +260,17 @@ def test_a_searched_decoder_with_layers_of_several_forms_exports_and_generates_a
     assert torch.equal(*tokens)
 
 
-def test_a_budget_on_a_decoder_exports_the_layers_chosen_and_renumbers_them(tiny_model, corpus, tmp_path):
+@pytest.mark.parametrize("budget", [{"params": 0.9}, {"latency": 0.9}])  # latency: each choice assembled, measured
+def test_a_budget_on_a_decoder_exports_the_layers_chosen_and_renumbers_them(tiny_model, corpus, tmp_path, budget):
     pytest.importorskip("scipy")
     overrides = {"options": options(tiny_model, corpus), "methods": ["theseus", "truncated"]}
-    assert compress(tmp_path, {**overrides, "budget": {"params": 0.9, "steps": 3}}) == 0
+    assert compress(tmp_path, {**overrides, "budget": {**budget, "steps": 3}}) == 0
     search = json.loads((tmp_path / "run" / "report.json").read_text())["search"]
     exported = hf.load_pretrained(tmp_path / "run" / "model")  # plain from_pretrained when the layers are alike
     layers = len(exported.model.layers)
     assert exported.config.num_hidden_layers == layers and layers >= 1
     assert [layer.self_attn.layer_idx for layer in exported.model.layers] == list(range(layers))  # or its stand-in
-    assert search["params_ratio"] == pytest.approx(search["predicted_ratio"], rel=1e-9)
+    if "params" in budget:
+        assert search["params_ratio"] == pytest.approx(search["predicted_ratio"], rel=1e-9)
+    else:
+        assert search["measured_choices"] and all(p["measured_latency_ratio"] > 0 for p in search["frontier"])

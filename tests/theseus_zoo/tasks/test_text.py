@@ -379,7 +379,8 @@ def test_a_searched_bert_with_layers_of_several_forms_exports_and_reloads_throug
         )
 
 
-def test_a_budget_on_bert_exports_a_transformers_model_of_the_layers_chosen(tiny_model, tmp_path):
+@pytest.mark.parametrize("budget", [{"params": 0.95}, {"latency": 0.9}])  # latency: each choice assembled, measured
+def test_a_budget_on_bert_exports_a_transformers_model_of_the_layers_chosen(tiny_model, tmp_path, budget):
     """Whatever the search chose (the layers of a group, none, or one layer in any form), the export is a
     transformers model that `hf.load_pretrained` rebuilds strictly (plain ``from_pretrained`` when its layers have
     one shape) with a layer per layer kept."""
@@ -393,7 +394,7 @@ def test_a_budget_on_bert_exports_a_transformers_model_of_the_layers_chosen(tiny
                 "predecessor": {"steps": 6, "eval_every": 6, "batch_size": 16, "lr": 1e-3},
                 "replacing": {"steps": 6, "eval_every": 6, "batch_size": 16, "lr": 1e-3},
                 "steps_to_one": 3,
-                "budget": {"params": 0.95, "steps": 3},
+                "budget": {**budget, "steps": 3},
             }
         )
     )
@@ -410,6 +411,7 @@ def test_a_budget_on_bert_exports_a_transformers_model_of_the_layers_chosen(tiny
     ]
     assert cli.main([*args, "--methods", "theseus,truncated"]) == 0
     search = json.loads((out / "report.json").read_text())["search"]
+    assert ("latency" in budget) == bool(search["measured_choices"])
     exported = text.load_exported(out / "model")
     kept = sum(2 if name == "keep" else 0 if name == "skip" else 1 for name in search["chosen"].values())
     assert exported.config.num_hidden_layers == kept == len(exported.bert.encoder.layer)
