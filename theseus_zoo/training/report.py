@@ -67,10 +67,18 @@ def search_lines(search: dict[str, Any]) -> str:
     """report.md's account of a budget search: the budget, the choice per group, the predicted and measured cost."""
     ((kind, fraction),) = search["budget"].items()
     measured = search.get("measured_latency_ratio")
+    trail = search.get("measured_choices")
+    assembled = next((entry for entry in trail or [] if entry["chosen"] == search["chosen"]), None)
     lines = [
         f"\nTheseus' successors were searched under a {kind} budget of {fraction:g} of the predecessor's "
         f"({search['steps']} steps of blockwise distillation for every candidate): predicted {kind} ratio "
-        f"{search['predicted_ratio']:.3f}, parameters ratio {search['params_ratio']:.3f}"
+        f"{search['predicted_ratio']:.3f}"
+        + (
+            f" (its candidates timed alone), {assembled['measured_ratio']:.3f} measured once assembled"
+            if assembled is not None
+            else ""
+        )
+        + f", parameters ratio {search['params_ratio']:.3f}"
         + (f", measured latency ratio of the exported model {measured:.3f}." if measured is not None else "."),
         "",
         "| group | chosen | score | latency (ms) | parameters |",
@@ -79,9 +87,8 @@ def search_lines(search: dict[str, Any]) -> str:
     for path, name in search["chosen"].items():
         entry = search["candidates"][path][name]
         lines.append(f"| {path} | {name} | {entry['score']:.4f} | {entry['latency'] * 1e3:.2f} | {entry['params']:,} |")
-    trail = search.get("measured_choices")
     if trail:
-        steps = ", ".join(
+        steps = "; ".join(
             f"budget {entry['budget_given']:.3f}: predicted {entry['predicted_ratio']:.3f}, "
             f"measured {entry['measured_ratio']:.3f}"
             for entry in trail
