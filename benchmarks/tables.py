@@ -69,7 +69,9 @@ class Comparison:
 
     ``kind``: ``recipe`` (a ``benchmarks.recipes`` table's ``summary.comparisons[key]``, fractions), ``compare``
     (a ``benchmarks.compare`` table's ``comparisons[key]``, fractions), ``methods`` (a ``benchmarks.methods`` table's
-    ``comparisons["<best variant> − key"]``, points), ``matched`` (its ``compute_matched[key]``, points),
+    ``comparisons["<best variant> − key"]``, points), ``matched`` (its ``compute_matched[key]``, points), ``against``
+    (a `benchmarks.campaign_results` search cell's ``comparisons["<searched> − key"]``, ``key`` a model of the cell
+    it is compared with, points),
     ``llm_seeds`` (a ``benchmarks.llm_seeds`` table: ratios of perplexities per seed) or ``llm_report`` (one run's
     ``report.json``: the ratio of two models' test perplexities, one seed)."""
 
@@ -104,6 +106,28 @@ def campaign_setting(setting: str, family: str, source: str) -> Setting:
         method, steps = label.split(", ")
         name = f"{ALTERNATIVES.get(method, method)}, compute-matched ({steps})"
         comparisons.append(Comparison(name, "matched", source, label))
+    return Setting(setting, family, tuple(comparisons))
+
+
+SEARCHED_AGAINST = {
+    "theseus+warmup+kd": "uniform theseus+warmup+kd",
+    "kd": "kd",
+    "truncated": "truncated",
+    "scratch": "direct training",
+}
+"""What a search cell's rows compare its searched model against, in the cell it is compared with, as named there."""
+
+
+def search_setting(setting: str, family: str, source: str) -> Setting:
+    """A search cell's rows (`benchmarks.campaign_results`' JSON of a cell run ``against`` others): its searched
+    variant against each of `SEARCHED_AGAINST` in the cells it is compared with, where they ran."""
+    data = load(source)
+    comparisons = [
+        Comparison(name, "against", source, model)
+        for method, name in SEARCHED_AGAINST.items()
+        for model in data["models"]
+        if model != data["best"] and model.split(": ", 1)[1] == method
+    ]
     return Setting(setting, family, tuple(comparisons))
 
 
@@ -213,6 +237,12 @@ SETTINGS = (
         "gnn",
         "campaign-gcn-polblogs-polblogs-distill-all.json",
     ),
+    search_setting(
+        "GCN 6 → 2 on PolBlogs, a successor per group searched under a latency budget of 0.25, each choice assembled "
+        "and measured (linear and mean layers among the candidates; against the uniform 2-layer models, campaign)",
+        "gnn",
+        "campaign-gcn-polblogs-search-swaps-measured-latency-0.25.json",
+    ),
     Setting(
         "SmolLM2-135M 30 → 15 layers",
         "causal_lm",
@@ -258,6 +288,10 @@ def comparison_row(setting: Setting, comparison: Comparison) -> dict[str, Any]:
             if comparison.kind == "methods"
             else data["compute_matched"][comparison.key]["comparison"]
         )
+        per_seed, test_set = list(found["per_seed"]), found.get("test_set_interval")
+    elif comparison.kind == "against":  # a searched model against a uniform one of another cell
+        found = data["comparisons"][f"{data['best']} − {comparison.key}"]
+        variant = f"searched {data['best'].split(': ', 1)[1]}"
         per_seed, test_set = list(found["per_seed"]), found.get("test_set_interval")
     elif comparison.kind == "llm_seeds":  # a ratio of perplexities: the verdict reads the log-ratio, lower is better
         unit = "perplexity ratio"

@@ -111,3 +111,19 @@ def test_page_numbers_are_rounded_once_from_the_json():
     assert page_tables.points_interval({"low": -0.02951, "high": 0.00824}) == "[−3.0, +0.8]"
     assert page_tables.millions(21_289_802) == "21.3M" and page_tables.millions(469_066) == "0.47M"
     assert page_tables.rate(2e-4) == "2e-4" and page_tables.rate(5e-5) == "5e-5"
+
+
+def test_a_search_cell_rows_compare_its_searched_model_with_each_uniform_one_of_the_cell_it_runs_against():
+    source = "campaign-gcn-polblogs-search-swaps-measured-latency-0.25.json"
+    setting = tables.search_setting("search", "gnn", source)
+    data = json.loads((tables.RESULTS / source).read_text())
+    assert [comparison.key for comparison in setting.comparisons] == [
+        "polblogs: theseus+warmup+kd",
+        "polblogs: kd",
+        "polblogs: truncated",
+        "polblogs: scratch",
+    ]
+    for comparison in setting.comparisons:
+        row = tables.comparison_row(setting, comparison)
+        assert row["variant"] == "searched theseus+warmup+kd"
+        assert row["per_seed"] == data["comparisons"][f"{data['best']} − {comparison.key}"]["per_seed"]
