@@ -39,8 +39,9 @@ def environment() -> dict[str, Any]:
 
 
 SOURCE_COMMIT = "THESEUS_SOURCE_COMMIT"
-"""Outside a git checkout, the commit `source_commit` gives: a copy of a checkout (a lent GPU machine gets the
-working tree without its ``.git``) is told which commit it is (`benchmarks.campaign_gpu`)."""
+"""When set, the commit `source_commit` gives, whatever git says: a copy of a checkout is told which commit it is
+(`benchmarks.campaign_gpu`: a lent GPU machine gets the working tree with a ``.git`` that may be an older
+commit's, which would record that commit ``+changes``)."""
 
 
 def command_line(module: str, argv: list[str] | None) -> str:
@@ -50,10 +51,13 @@ def command_line(module: str, argv: list[str] | None) -> str:
 
 
 def source_commit() -> str:
-    """``git rev-parse HEAD`` of the checkout the benchmarks run from, ``+changes`` appended when tracked files differ
-    from it; outside a git checkout ``$THESEUS_SOURCE_COMMIT`` (`SOURCE_COMMIT`), else ``"unknown"``."""
+    """``$THESEUS_SOURCE_COMMIT`` (`SOURCE_COMMIT`) when set; else ``git rev-parse HEAD`` of the checkout the
+    benchmarks run from, ``+changes`` appended when tracked files differ from it; outside a git checkout
+    ``"unknown"``."""
     import subprocess
 
+    if os.environ.get(SOURCE_COMMIT):
+        return os.environ[SOURCE_COMMIT]
     root = Path(__file__).resolve().parent.parent
     try:
         commit = subprocess.run(
@@ -61,7 +65,7 @@ def source_commit() -> str:
         ).stdout.strip()
         dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--"], cwd=root).returncode != 0
     except (OSError, subprocess.CalledProcessError):
-        return os.environ.get(SOURCE_COMMIT, "unknown")
+        return "unknown"
     return commit + ("+changes" if dirty else "")
 
 

@@ -1,8 +1,11 @@
 """The benchmark harness counts what it claims to count."""
 
+import subprocess
+
 import torch
 from torch import nn
 
+from benchmarks import harness
 from benchmarks.harness import markdown_table, training_memory
 from theseus_zoo.training.timing import interleaved_seconds, median_ratio
 
@@ -43,3 +46,14 @@ def test_interleaved_runs_take_turns():
 
 def test_markdown_table():
     assert markdown_table(["a", "b"], [[1, 0.12345]]) == "| a | b |\n|---|---|\n| 1 | 0.123 |\n"
+
+
+def test_the_commit_a_copy_is_told_wins_over_the_git_it_carries(monkeypatch):
+    # a lent GPU machine's tree came with an older commit's .git: git alone would record that commit "+changes"
+    monkeypatch.setenv(harness.SOURCE_COMMIT, "0" * 40)
+    assert harness.source_commit() == "0" * 40
+    monkeypatch.delenv(harness.SOURCE_COMMIT)
+    assert (
+        harness.source_commit().split("+")[0]
+        == subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    )
