@@ -116,7 +116,7 @@ def plot_search(search: dict[str, Any], png: Path) -> None:
             label="searched, as predicted",
         )
     total = sum(search["candidates"][path][name]["score"] for path, name in search["chosen"].items())
-    own = search.get(measured, search["predicted_ratio"]) if kind == "latency" else search["predicted_ratio"]
+    own = search.get("measured_latency_ratio") if kind == "latency" else search["predicted_ratio"]
     if own is not None:
         axis.plot([own], [total], "*", markersize=14, label="this run's choice")
     for name, point in search["uniform"].items():
