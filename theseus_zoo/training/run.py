@@ -34,6 +34,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from theseus_core.search import Cost
+
 from ..recipes import Recipe
 from . import ranks
 from .checkpoints import previous_of
@@ -41,7 +43,7 @@ from .loop import train_phase
 from .methods import Context, Method, Objective, Stage, methods_of, refine_stage, task_loss
 from .optimization import predecessor_parameters
 from .report import write_report
-from .run_directory import CHECKPOINT, RunError
+from .run_directory import CHECKPOINT
 from .search import BudgetSearch
 from .session import Session
 from .sharding import Parallelism, prune_sharded
@@ -72,6 +74,8 @@ class Run:
 
         ``parallelism``: how each stage is spread over the ranks (`Parallelism`: DDP, the default, or FSDP2)."""
         self.recipe, self.out, self.keep_checkpoints = recipe, Path(out), keep_checkpoints
+        self.search: BudgetSearch | None = None
+        self.costs: tuple[dict[tuple[str, str], Cost], Cost] | None = None  # measured by the budget's check
         self.session = Session.open(
             recipe,
             self.out,
@@ -79,8 +83,24 @@ class Run:
             progress=progress,
             predecessor_from=predecessor_from,
             parallelism=parallelism,
+            check=self._check,
         )
         self.task, self.main = self.session.task, self.session.main
+
+    def _check(self, session: Session) -> None:
+        """What the methods' stages and the budget would refuse once built, refused before the run directory is
+        written (`Session.open`): each method's `Method.check` and an impossible budget (`BudgetSearch.check`,
+        which measures the candidates' costs once). A predecessor of the family's, built for the checks alone: the
+        run's random streams do not move."""
+        recipe, task = self.recipe, session.task
+        device = session.accelerator.device
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            predecessor = task.build_predecessor()
+            for method in methods_of(recipe):
+                method.check(task, recipe.for_method(method.full_name), predecessor)
+            if recipe.budget is not None:
+                self.search = BudgetSearch(task, recipe, device)
+                self.costs = self.search.check(predecessor)
 
     def run(self) -> dict[str, Any]:
         """Trains every stage not yet done and writes the report; returns it (on every rank)."""
@@ -94,19 +114,7 @@ class Run:
     def _run(self) -> dict[str, Any]:
         session, recipe = self.session, self.recipe
         predecessor = self.task.build_predecessor()
-        methods = methods_of(recipe)
-        for method in methods:  # what a method's stage would refuse once built, refused before anything trains
-            try:
-                method.check(self.task, recipe.for_method(method.full_name), predecessor)
-            except ValueError as error:  # every rank finds it alike: one line, the ranks leave together
-                raise RunError(str(error), on_every_rank=session.processes > 1, quiet=not self.main) from None
-        search = None if recipe.budget is None else BudgetSearch(self.task, recipe, session.accelerator.device)
-        if search is not None:  # an impossible budget, refused before anything trains
-            try:
-                with torch.random.fork_rng():  # fresh candidates draw, the run's streams do not move
-                    costs = search.check(self.task.build_predecessor())
-            except ValueError as error:
-                raise RunError(str(error), on_every_rank=session.processes > 1, quiet=not self.main) from None
+        methods, search, costs = methods_of(recipe), self.search, self.costs
         if recipe.predecessor is not None:
             # What follows draws from the RNG as it stood before the predecessor phase, whether that phase ran here
             # or its result was borrowed (--predecessor-from): a run compresses the same either way, so runs that

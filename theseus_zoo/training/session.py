@@ -3,12 +3,12 @@
 (`theseus_zoo.training.rng.RunRng`) and its metrics log (`theseus_zoo.training.metrics_log.MetricsLog`) are parts
 of their own.
 
-`Session.open` checks everything before anything is written (the ranks agree on the recipe and on how to spread it
-over them, the directory is free or resumable and writable, batches divide among the ranks, the family can do what
-the recipe asks, a borrowed predecessor fits), then rank 0 alone takes the lock and writes; the others wait where
-its files or its word are needed (`theseus_zoo.training.ranks`), except that under FSDP2 every rank writes its
-shards of each checkpoint (`theseus_zoo.training.sharding`). `theseus_zoo.training.loop` trains a stage through it;
-`theseus_zoo.training.run` orchestrates the stages.
+`Session.open` checks everything before anything is written (the ranks agree on the recipe and on how to spread it over
+them, the directory is free or resumable and writable, batches divide among the ranks, the family can do what the recipe
+asks, a borrowed predecessor fits, and the caller's checks: the methods' and the budget's), then rank 0 alone takes the
+lock and writes; the others wait where its files or its word are needed (`theseus_zoo.training.ranks`), except that
+under FSDP2 every rank writes its shards of each checkpoint (`theseus_zoo.training.sharding`).
+`theseus_zoo.training.loop` trains a stage through it; `theseus_zoo.training.run` orchestrates the stages.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import dataclasses
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -81,9 +81,12 @@ class Session:
         progress: bool,
         predecessor_from: Path | None,
         parallelism: Parallelism | None = None,
+        check: Callable[[Session], None] | None = None,
     ) -> Session:
         """Checks, then opens the run directory (see the module doc); raises `RunError` (every rank alike) before
-        any write when something is wrong. ``parallelism``: DDP (the default) or FSDP2."""
+        any write when something is wrong. ``parallelism``: DDP (the default) or FSDP2. ``check``: the caller's own
+        checks, given the session with its task built, run on every rank after the session's and before any
+        write; it reads only and raises `ValueError` with a one-line message."""
         session = cls(recipe, out, progress, parallelism)
         spread = dataclasses.asdict(session.parallelism)
         mismatch = ranks.disagreement(ranks.all_gather({**recipe.to_dict(), "parallel": spread}))
@@ -96,6 +99,8 @@ class Session:
             )
         with session.together():  # every rank checks, reading only
             borrowed = session._check(resume, predecessor_from)
+            if check is not None:
+                check(session)
         session.parallel = parallel_for(session.parallelism, session.accelerator, session.task)  # every rank
         # --- nothing above this line writes anything; below, rank 0 alone writes ---
         state, processes = session.state, session.processes

@@ -360,4 +360,4 @@ def test_unfreeze_with_every_parameter_in_the_groups_is_refused_before_anything_
     error = capsys.readouterr().err
     assert "theseus: +unfreeze, unfreeze_at_one='all' finds nothing to train: the groups hold every parameter" in error
     assert error.count("\n") == 1
-    assert not (out / "checkpoint.pt").exists() and not (out / "metrics.jsonl").exists()
+    assert not out.exists()  # nothing written, not even the directory

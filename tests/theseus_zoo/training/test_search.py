@@ -65,7 +65,7 @@ def test_an_impossible_budget_is_refused_in_one_line_before_any_work(
     assert run(tmp_path, *recipe_args) == 2
     error = capsys.readouterr().err
     assert message in error and len(error.strip().splitlines()) == 1
-    assert not (tmp_path / "run" / "checkpoint.pt").exists() and not (tmp_path / "run" / "metrics.jsonl").exists()
+    assert not (tmp_path / "run").exists()  # nothing written, not even the directory
 
 
 def test_a_family_that_offers_no_candidates_is_refused_in_one_line():
