@@ -15,6 +15,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .budget import solve
     from .engine import Theseus, replace_
     from .planning import copy_module, even_group_sizes, group_sizes_for, plan
     from .prepare import register_example_check
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
         registered_successor,
     )
     from .schedule import AntiCurriculumSchedule, ConstantSchedule, LinearSchedule
-    from .search import CandidateLibrary, keep_specs, latency_clock, skip_specs, solve, splice_
+    from .search import CandidateLibrary, keep_specs, latency_clock, skip_specs, splice_
     from .site import PredecessorChain, Projected, ReplacementSite, primary_output, split_primary
     from .spec import ModuleSpec, Plan
     from .verify import VerificationError
@@ -45,7 +46,8 @@ _MODULES = {
         "registered_successor",
     ),
     "schedule": ("AntiCurriculumSchedule", "ConstantSchedule", "LinearSchedule"),
-    "search": ("CandidateLibrary", "keep_specs", "latency_clock", "skip_specs", "solve", "splice_"),
+    "budget": ("solve",),
+    "search": ("CandidateLibrary", "keep_specs", "latency_clock", "skip_specs", "splice_"),
     "site": ("PredecessorChain", "Projected", "ReplacementSite", "primary_output", "split_primary"),
     "spec": ("ModuleSpec", "Plan"),
     "verify": ("VerificationError",),

@@ -13,12 +13,14 @@
    **Costs** (`CandidateLibrary.costs`): measured, not guessed: each candidate's latency on its group's real input
    (interleaved rounds, the median, read with `latency_clock`), its parameters; the rest of the model (outside the
    groups) is measured once.
-4. **An exact solver** (`solve`): one candidate per group maximising the summed score under a limit on the summed
-   cost, as a mixed-integer program (``scipy.optimize.milp``); `CandidateLibrary.choose` turns a budget (a
-   fraction of the predecessor's cost) into that limit and refuses, in one line, a budget outside (0, 1) or one
-   that even the cheapest choice exceeds (`CandidateLibrary.check_budget`, which refuses without solving).
-   Candidates timed alone need not add up to the assembled model's time: `CandidateLibrary.choose_measured` takes a
-   ``measure(chosen)`` of the assembled model and corrects the solver's budget by what it measured.
+4. **An exact solver** (`theseus_core.budget.solve`): one candidate per group maximising the summed score under a
+   limit on the summed cost, as a mixed-integer program (``scipy.optimize.milp``); `CandidateLibrary.choose` turns a
+   budget (a fraction of the predecessor's cost) into that limit and refuses, in one line, a budget outside (0, 1)
+   or one that even the cheapest choice exceeds (`CandidateLibrary.check_budget`, which refuses without solving).
+   Neither costs nor scores need add up over groups: `CandidateLibrary.choose_measured` assembles and measures each
+   choice the solver makes (``measure(chosen)``), corrects the budget it gives the solver by what it measured, can
+   measure alternatives beside them (`CandidateLibrary.uniform_choices`), and can compare those that fit by a score
+   of the assembled choice (`CandidateLibrary.assembled_score`) instead of the summed one.
 
 `CandidateLibrary.plan` gives the chosen candidates as a `Plan` whose successors start from their distilled
 weights: ``replace_(model, plan)`` then trains them like any successors (the global stage).
@@ -39,13 +41,13 @@ import hashlib
 import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .budget import Choice, Cost, measured_choice, solve
 from .distillation import prediction_loss
 from .engine import replace_
 from .site import PredecessorChain, primary_output, split_primary
@@ -55,8 +57,6 @@ Forward = Callable[[nn.Module, Any], torch.Tensor]
 """``forward(model, batch) -> logits``: how the model is run on a batch (a family's ``Task.logits``)."""
 
 KEEP = "keep"
-_BELOW_ONE = 1 - 1e-9
-"""The largest budget `choose_measured` gives the solver (a budget is a fraction in (0, 1))."""
 
 
 def _stream_seed(base: int, *names: str) -> int:
@@ -173,34 +173,6 @@ class Skip(nn.Module):
 
 def _identity(group: list[nn.Module]) -> nn.Module:
     return Skip()
-
-
-@dataclass(frozen=True)
-class Cost:
-    """A candidate's measured cost: median ``latency`` in seconds on its group's input, and ``params``."""
-
-    latency: float
-    params: int
-
-    def of(self, kind: str) -> float:
-        if kind not in ("latency", "params"):
-            raise ValueError(f"a budget is on 'latency' or 'params', got {kind!r}")
-        return float(getattr(self, kind))
-
-
-@dataclass(frozen=True)
-class Choice:
-    """What `CandidateLibrary.choose` picked: a candidate name per group path, the budget, the limit the solver
-    chose under on the groups' summed cost, and the predicted cost of the whole model as a fraction of the
-    predecessor's. From `CandidateLibrary.choose_measured`, ``budget`` is the caller's and ``limit`` the one of the
-    budget it gave the solver (corrected by measurement), so ``predicted_ratio`` may exceed ``budget``."""
-
-    chosen: dict[str, str]
-    kind: str
-    budget: float
-    limit: float
-    predicted_ratio: float
-    score: float
 
 
 class CandidateLibrary:
@@ -341,25 +313,43 @@ class CandidateLibrary:
         """Each candidate alone in the otherwise original reference, in eval mode: minus its mean soft loss against
         the reference's own logits over ``batches`` (0 is the best: the group's own output)."""
         references = [self.record(batch, forward)[0] for batch in batches]
-        scores: dict[tuple[str, str], float] = {}
+        return {
+            key: 0.0 if key[1] == KEEP else self._soft_score({key[0]: key[1]}, batches, references, forward)
+            for key in self.successors
+        }
+
+    def assembled_score(self, chosen: Mapping[str, str], batches: Sequence[Any], forward: Forward) -> float:
+        """``chosen`` as a whole: every group running its chosen candidate at once in the reference (eval mode),
+        minus the mean soft loss against the reference's own logits over ``batches``; what `scores` measures for one
+        group at a time, so a choice of one candidate scores as that candidate does. Unlike a summed score, it sees
+        what the groups do together."""
+        self._check_choice(chosen)
+        references = [self.record(batch, forward)[0] for batch in batches]
+        return self._soft_score(chosen, batches, references, forward)
+
+    def _soft_score(
+        self, chosen: Mapping[str, str], batches: Sequence[Any], references: Sequence[torch.Tensor], forward: Forward
+    ) -> float:
+        """Minus the mean soft loss of the reference with each group of ``chosen`` running its candidate (the
+        sites' predecessor branches swapped for them, then put back)."""
         self.reference.eval()
-        for key, successor in self.successors.items():
-            if key[1] == KEEP:
-                scores[key] = 0.0
-                continue
-            site = self._reference.sites[self._site_of[key[0]]]
-            original = site.predecessor
-            site.predecessor = successor.eval()  # the site's predecessor branch runs the candidate
-            try:
-                with torch.no_grad():
-                    losses = [
-                        float(prediction_loss(forward(self.reference, batch), reference))
-                        for batch, reference in zip(batches, references, strict=True)
-                    ]
-            finally:
+        swapped = []
+        try:
+            for path, name in chosen.items():
+                if name == KEEP:
+                    continue
+                site = self._reference.sites[self._site_of[path]]
+                swapped.append((site, site.predecessor))
+                site.predecessor = self.successors[(path, name)].eval()  # the site's predecessor branch runs it
+            with torch.no_grad():
+                losses = [
+                    float(prediction_loss(forward(self.reference, batch), reference))
+                    for batch, reference in zip(batches, references, strict=True)
+                ]
+        finally:
+            for site, original in reversed(swapped):
                 site.predecessor = original
-            scores[key] = -statistics.mean(losses)
-        return scores
+        return -statistics.mean(losses)
 
     def costs(self, batch: Any, forward: Forward, *, rounds: int = 11) -> tuple[dict[tuple[str, str], Cost], Cost]:
         """Each candidate's measured cost on its group's real input from ``batch`` (eval mode, no gradient; rounds
@@ -450,6 +440,8 @@ class CandidateLibrary:
         *,
         rounds: int = 6,
         tolerance: float = 0.01,
+        also: Sequence[Mapping[str, str]] = (),
+        assess: Callable[[dict[str, str]], float] | None = None,
     ) -> tuple[Choice, list[dict[str, Any]]]:
         """`choose`, corrected by measurement. Candidates timed alone need not add up to the assembled model's time
         (a small layer's fixed overhead, work that overlaps), so each choice is assembled and measured
@@ -460,86 +452,77 @@ class CandidateLibrary:
         cost), then halving the interval between the largest given budget that measured within and the smallest
         that measured over, until it is narrower than ``tolerance``, the measurement leaves no more room, the
         cheapest choice measured over, or ``rounds`` solver calls are made. A choice met again is not measured
-        again.
+        again. ``also``: choices to measure beside the solver's (e.g. `uniform_choices`).
 
-        Returns the choice of highest summed score among those measured within ``budget`` (none within: the one
-        measured cheapest; its `Choice.predicted_ratio` may then exceed ``budget``, and the trail says so), and the
-        trail, one entry per solver call: the budget given, the choice, its predicted and measured ratios and its
-        score. Refuses, like `choose`, before measuring anything; an exact prediction measures one choice.
+        Scores taken one group at a time need not add up either (a GCN whose every layer stops propagating loses
+        its receptive field, which no single group shows): with ``assess`` (e.g. `assembled_score` on held-out
+        batches), the choices measured within ``budget`` are compared by ``assess(chosen)`` of the whole, not by
+        their summed score.
+
+        Returns the best choice measured within ``budget`` (none within: the one measured cheapest; its
+        `Choice.predicted_ratio` may then exceed ``budget``, and the trail says so), and the trail (one entry per
+        solver call, then per alternative: the budget given, the choice, its predicted and measured ratios, its
+        summed score and, assessed, its ``assessed`` score; `theseus_core.budget.measured_choice`). Refuses, like
+        `choose`, before measuring anything; an exact prediction measures one choice.
 
         Raises:
-            ValueError: A budget outside (0, 1) or below the cheapest candidates (before any measurement), or no
-                choice the solver made assembled (every measurement ``inf``).
+            ValueError: A budget outside (0, 1) or below the cheapest candidates, or an ``also`` choice that does not
+                name a candidate of this library for every group (before any measurement); or no choice
+                assembled (every measurement ``inf``).
         """
-        if rounds < 1:
-            raise ValueError(f"rounds must be at least 1, got {rounds!r}")
         self.check_budget(costs, budget, kind)
+        alternatives = [self.priced(chosen, scores, costs, kind) for chosen in also]
         _, table, total = self._table(costs, kind)
         floor = min((costs[1].of(kind) + sum(min(row) for row in table)) / total * (1 + 1e-9), budget)
-        given, trail, measured = float(budget), [], {}
-        within_at = over_at = None  # the largest given budget whose choice measured within, the smallest over
-        for _ in range(rounds):
-            choice = self.choose(scores, costs, given, kind)  # given stays in [floor, 1): the solver finds one
-            key = tuple(sorted(choice.chosen.items()))
-            if key not in measured:
-                measured[key] = float(measure(dict(choice.chosen)))
-            ratio = measured[key]
-            trail.append(
-                {
-                    "budget_given": given,
-                    "predicted_ratio": choice.predicted_ratio,
-                    "measured_ratio": ratio,
-                    "score": choice.score,
-                    "chosen": dict(choice.chosen),
-                }
-            )
-            if ratio <= budget:
-                within_at = given if within_at is None else max(within_at, given)
-            else:  # an inf (does not assemble) too
-                over_at = given if over_at is None else min(over_at, given)
-            if within_at is not None and over_at is not None:
-                if over_at - within_at <= tolerance:
-                    break
-                given = (within_at + over_at) / 2
-                continue
-            if within_at is None and given <= floor:
-                break  # the cheapest choice measured over: nothing cheaper to try
-            # the solver's costs were off by predicted / measured for this choice: correct its budget by as much
-            corrected = budget * choice.predicted_ratio / ratio if ratio > 0 else given
-            corrected = min(max(corrected, floor), _BELOW_ONE)
-            if within_at is not None and corrected <= within_at:
-                break  # within, and the measurement leaves no more room
-            if over_at is not None and corrected >= over_at:
-                corrected = max(over_at * (1 - tolerance), floor)  # over, and the correction would not go lower
-            given = corrected
-        assembled = [entry for entry in trail if entry["measured_ratio"] != float("inf")]
-        if not assembled:
-            raise ValueError(
-                f"none of the {len(measured)} choice(s) the solver made under a {kind} budget of {budget:g} "
-                "assembled; see why with replace_ on CandidateLibrary.plan(choice)"
-            )
-        within = [entry for entry in assembled if entry["measured_ratio"] <= budget]
-        best = (
-            max(within, key=lambda entry: entry["score"])
-            if within
-            else min(assembled, key=lambda entry: entry["measured_ratio"])
+        return measured_choice(
+            lambda given: self.choose(scores, costs, given, kind),  # given stays in [floor, 1): the solver finds one
+            measure,
+            budget,
+            floor,
+            rounds=rounds,
+            tolerance=tolerance,
+            also=alternatives,
+            assess=assess,
         )
-        limit = best["budget_given"] * total - costs[1].of(kind)  # the limit the solver chose it under
-        return Choice(best["chosen"], kind, float(budget), limit, best["predicted_ratio"], best["score"]), trail
+
+    def priced(
+        self,
+        chosen: Mapping[str, str],
+        scores: Mapping[tuple[str, str], float],
+        costs: tuple[Mapping[tuple[str, str], Cost], Cost],
+        kind: str = "latency",
+    ) -> Choice:
+        """``chosen`` (a candidate name per group) as a `Choice`: its summed score and predicted cost ratio, its own
+        summed cost as ``limit``, no budget. Raises `ValueError` for a choice that does not name a candidate of this
+        library for every group."""
+        self._check_choice(chosen)
+        _, _, total = self._table(costs, kind)
+        per_key, rest = costs
+        used = sum(per_key[(path, chosen[path])].of(kind) for path in self.paths)
+        score = sum(scores[(path, chosen[path])] for path in self.paths)
+        return Choice(dict(chosen), kind, 0.0, used, (rest.of(kind) + used) / total, score)
+
+    def uniform_choices(self) -> list[dict[str, str]]:
+        """One kind of candidate for every group, for each name every group has but ``keep`` (the alternatives a
+        search should at least match: the uniform successors of a run without a budget)."""
+        shared = [name for name in self.names(self.paths[0]) if all((p, name) in self.successors for p in self.paths)]
+        return [dict.fromkeys(self.paths, name) for name in shared if name != KEEP]
+
+    def _check_choice(self, chosen: Mapping[str, str]) -> None:
+        if set(chosen) != set(self.paths):
+            raise ValueError(f"a choice names one candidate for each group {self.paths}, got {sorted(chosen)}")
+        for path in self.paths:
+            if (path, chosen[path]) not in self.successors:
+                raise ValueError(f"group {path} has no candidate {chosen[path]!r}; it has {self.names(path)}")
 
     def plan(self, choice: Choice | Mapping[str, str]) -> Plan:
         """The chosen candidates as a `Plan` for `replace_`: each successor (and its projections) a copy of the
         candidate as distilled, the library's ``on_finalize`` hook kept."""
         chosen = choice.chosen if isinstance(choice, Choice) else dict(choice)
-        unknown = [path for path in chosen if path not in self.paths]
-        if unknown or set(chosen) != set(self.paths):
-            raise ValueError(f"a choice names one candidate for each group {self.paths}, got {sorted(chosen)}")
+        self._check_choice(chosen)
         specs = []
         for path in self.paths:
-            key = (path, chosen[path])
-            if key not in self.successors:
-                raise ValueError(f"group {path} has no candidate {chosen[path]!r}; it has {self.names(path)}")
-            successor = self.successors[key]
+            successor = self.successors[(path, chosen[path])]
             specs.append(
                 ModuleSpec(
                     path,
@@ -549,34 +532,3 @@ class CandidateLibrary:
                 )
             )
         return Plan(specs, on_finalize=self.on_finalize)
-
-
-def solve(scores: Sequence[Sequence[float]], costs: Sequence[Sequence[float]], limit: float) -> list[int]:
-    """One index per row maximising the summed ``scores`` with the summed ``costs`` at most ``limit``: an exact
-    mixed-integer program (``scipy.optimize.milp``, HiGHS). Rows may differ in length. Raises `ValueError` when no
-    choice fits, and `ImportError` naming the extra without scipy."""
-    if len(scores) != len(costs) or any(len(s) != len(c) or not s for s, c in zip(scores, costs, strict=True)):
-        raise ValueError("scores and costs need one non-empty row per group, of equal lengths")
-    try:
-        import numpy as np
-        from scipy.optimize import Bounds, LinearConstraint, milp
-    except ImportError:  # pragma: no cover - the search extra brings it
-        raise ImportError("the budget search needs scipy: pip install 'theseus-compression[search]'") from None
-    sizes = [len(row) for row in scores]
-    count = sum(sizes)
-    objective = -np.concatenate([np.asarray(row, dtype=float) for row in scores])  # milp minimises
-    one_each = np.zeros((len(sizes), count))
-    start = 0
-    for row, size in enumerate(sizes):
-        one_each[row, start : start + size] = 1
-        start += size
-    weights = np.concatenate([np.asarray(row, dtype=float) for row in costs])[None, :]
-    constraints = [LinearConstraint(one_each, 1, 1), LinearConstraint(weights, -np.inf, limit)]
-    result = milp(objective, constraints=constraints, integrality=np.ones(count), bounds=Bounds(0, 1))
-    if result.x is None:
-        raise ValueError(f"no choice of one candidate per group keeps the summed cost within {limit:g}")
-    picked, start = [], 0
-    for size in sizes:
-        picked.append(int(np.argmax(result.x[start : start + size])))
-        start += size
-    return picked

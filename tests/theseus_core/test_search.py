@@ -1,7 +1,6 @@
 """theseus_core.search: candidates per group, blockwise distillation, scores, measured costs, an exact solver."""
 
 import copy
-import itertools
 import time
 
 import pytest
@@ -12,7 +11,7 @@ from torch import nn
 
 import theseus_core as th
 from theseus_core import search
-from theseus_core.search import KEEP, CandidateLibrary, keep_specs, skip_specs, solve
+from theseus_core.search import KEEP, CandidateLibrary, keep_specs, skip_specs
 from theseus_core.testing import ToyStack
 from theseus_core.testing.toys import ToyBlock
 
@@ -48,47 +47,6 @@ def toy_library():
 @pytest.fixture
 def setup():
     return toy_library()
-
-
-def brute_force(scores, costs, limit):
-    best, best_value = None, -float("inf")
-    for picked in itertools.product(*(range(len(row)) for row in scores)):
-        cost = sum(row[index] for row, index in zip(costs, picked, strict=True))
-        value = sum(row[index] for row, index in zip(scores, picked, strict=True))
-        if cost <= limit + 1e-9 and value > best_value + 1e-12:
-            best, best_value = list(picked), value
-    return best, best_value
-
-
-@st.composite
-def instances(draw):
-    groups = draw(st.integers(1, 8))
-    rows = [draw(st.integers(1, 4)) for _ in range(groups)]
-    number = st.integers(0, 100).map(float)
-    scores = [[-draw(number) for _ in range(size)] for size in rows]
-    costs = [[draw(number) + 1 for _ in range(size)] for size in rows]
-    limit = draw(st.floats(min(map(min, costs)) * groups * 0.5, sum(map(max, costs)) + 1))
-    return scores, costs, limit
-
-
-@settings(max_examples=60, deadline=None)
-@given(instances())
-def test_the_solver_finds_what_brute_force_finds_within_the_limit(instance):
-    scores, costs, limit = instance
-    expected, value = brute_force(scores, costs, limit)
-    if expected is None:
-        with pytest.raises(ValueError, match="no choice"):
-            solve(scores, costs, limit)
-        return
-    picked = solve(scores, costs, limit)
-    assert sum(row[i] for row, i in zip(costs, picked, strict=True)) <= limit + 1e-6
-    assert sum(row[i] for row, i in zip(scores, picked, strict=True)) == pytest.approx(value)
-
-
-def test_a_planted_wrong_solver_fails_the_brute_force_check():
-    scores, costs = [[0.0, -1.0], [0.0, -1.0]], [[10.0, 1.0], [10.0, 1.0]]
-    greedy = [0, 1]  # the best score first, until the limit bites: 11 > 2 breaks the limit
-    assert brute_force(scores, costs, 2.0)[0] == solve(scores, costs, 2.0) == [1, 1] != greedy
 
 
 def test_distillation_moves_only_candidate_parameters_and_lowers_their_error(setup):
@@ -135,6 +93,61 @@ def test_keep_scores_zero_and_a_candidate_that_equals_its_group_too(setup):
     assert all(scores[(path, KEEP)] == 0.0 for path in GROUPS)
     assert all(value <= 1e-9 for value in scores.values())
     assert scores[(GROUPS[0], "skip")] < 0  # a group that does something is missed
+
+
+def test_an_assembled_score_runs_every_chosen_candidate_at_once_and_one_group_scores_as_alone(setup):
+    _, library, batches = setup
+    chosen = {GROUPS[0]: "one", GROUPS[1]: KEEP, GROUPS[2]: "narrow"}
+    calls = []
+    for path in GROUPS:
+        site = library._reference.sites[library._site_of[path]]
+        site.predecessor.register_forward_hook(lambda *args, path=path: calls.append(("original", path)))
+    for key, successor in library.successors.items():
+        if key[1] != KEEP:
+            successor.register_forward_hook(lambda *args, key=key: calls.append(key))
+    whole = library.assembled_score(chosen, batches[:1], forward)
+    references = [("original", path) for path in GROUPS]
+    assert calls == [*references, (GROUPS[0], "one"), ("original", GROUPS[1]), (GROUPS[2], "narrow")]
+    scores = library.scores(batches, forward)
+    alone = {GROUPS[0]: "one", GROUPS[1]: KEEP, GROUPS[2]: KEEP}
+    assert library.assembled_score(alone, batches, forward) == pytest.approx(scores[(GROUPS[0], "one")], abs=1e-9)
+    assert library.assembled_score(dict.fromkeys(GROUPS, KEEP), batches, forward) == pytest.approx(0.0, abs=1e-9)
+    assert whole < 0
+    assert library.scores(batches, forward) == scores  # every site was put back
+    with pytest.raises(ValueError, match="one candidate for each group"):
+        library.assembled_score({GROUPS[0]: "one"}, batches, forward)
+
+
+def test_uniform_choices_are_the_names_every_group_has_but_keep():
+    model, library, batches = toy_library()
+    assert library.uniform_choices() == [dict.fromkeys(GROUPS, name) for name in ("skip", "one", "narrow")]
+    plan = [th.ModuleSpec(path) for path in GROUPS]
+    only_first = {"skip": skip_specs(plan), "one": [th.ModuleSpec(GROUPS[0], successor=th.copy_module(0))]}
+    partial = CandidateLibrary(model, only_first, example_inputs=[(batches[0],)])
+    assert partial.uniform_choices() == [dict.fromkeys(GROUPS, "skip")]
+
+
+def test_measured_alternatives_and_an_assessment_reach_the_choice(setup_once):
+    """choose_measured hands the uniform choices and the assembled score on: an alternative the summed scores
+    never pick is measured, and wins when it fits and assesses best; a malformed alternative is refused first."""
+    library, scores, costs = setup_once
+    measured = []
+
+    def measure(chosen):
+        measured.append(chosen)
+        return 0.3
+
+    uniform = dict.fromkeys(GROUPS, "one")
+    choice, trail = library.choose_measured(
+        scores, costs, 0.6, measure, "params", also=[uniform], assess=lambda chosen: float(chosen == uniform)
+    )
+    assert choice.chosen == uniform and choice.assessed == 1.0 and choice.budget == 0.6
+    assert trail[-1]["budget_given"] is None and trail[-1]["chosen"] == uniform
+    assert choice.predicted_ratio == library.priced(uniform, scores, costs, "params").predicted_ratio
+    measured.clear()
+    with pytest.raises(ValueError, match="has no candidate 'wide'"):
+        library.choose_measured(scores, costs, 0.6, measure, "params", also=[dict.fromkeys(GROUPS, "wide")])
+    assert measured == []
 
 
 def test_the_choice_respects_the_budget_and_assembles_a_plan_replace_verifies(setup):

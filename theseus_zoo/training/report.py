@@ -88,19 +88,24 @@ def search_lines(search: dict[str, Any]) -> str:
         entry = search["candidates"][path][name]
         lines.append(f"| {path} | {name} | {entry['score']:.4f} | {entry['latency'] * 1e3:.2f} | {entry['params']:,} |")
     if trail:
-        steps = "; ".join(
-            f"budget {entry['budget_given']:.3f}: predicted {entry['predicted_ratio']:.3f}, "
-            f"measured {entry['measured_ratio']:.3f}"
-            for entry in trail
-        )
+
+        def step(entry: dict[str, Any]) -> str:
+            given = entry["budget_given"]
+            where = "uniform " + next(iter(entry["chosen"].values())) if given is None else f"budget {given:.3f}"
+            return f"{where}: predicted {entry['predicted_ratio']:.3f}, measured {entry['measured_ratio']:.3f}" + (
+                f", assembled score {entry['assessed']:.4f}" if "assessed" in entry else ""
+            )
+
+        by = "assembled score" if any("assessed" in entry for entry in trail) else "summed score"
         outcome = (
-            "the choice above is the best-scoring one measured within the budget"
+            f"the choice above is the best one by {by} of those measured within the budget"
             if search.get("within_budget", True)
             else "**none measured within the budget**: the choice above is the one measured cheapest"
         )
         lines.append(
-            "\nEach choice was assembled and measured, and the solver's budget corrected by what it measured "
-            f"({steps}); {outcome}."
+            "\nEach choice was assembled and measured, and the solver's budget corrected by what it measured"
+            + ("; the uniform choices were measured beside" if any(e["budget_given"] is None for e in trail) else "")
+            + f" ({'; '.join(map(step, trail))}); {outcome}."
         )
     lines.append(
         "\n`search.png`: the solver's choice at other budgets and the uniform choices, each assembled: score against "

@@ -1,17 +1,17 @@
 """The budget search of a run (`Recipe.budget`): a successor per group, chosen before Theseus trains.
 
 `BudgetSearch.check` runs before anything trains: the family must offer candidates
-(`theseus_zoo.tasks.protocols.OffersCandidates`), and the budget must be reachable by the cheapest ones, measured on
-the predecessor as the family builds it (costs depend on the architecture, not on the weights; latency is measured,
-so the check builds the candidates, but distils, scores and solves nothing). Once the predecessor is fine-tuned,
+(`theseus_zoo.tasks.protocols.OffersCandidates`), and the budget must be reachable by the cheapest ones, measured on the
+predecessor as the family builds it (costs depend on the architecture, not on the weights; latency is measured, so the
+check builds the candidates, but distils, scores and solves nothing). Once the predecessor is fine-tuned,
 `BudgetSearch.run` builds every candidate of every group (`theseus_core.search.CandidateLibrary`), distils them
 blockwise on training batches (``budget["steps"]``), scores each alone in the predecessor on a held-out part of the
-training split (its last batches, never seen by the distillation; not dev, not test), and solves for the choice
-(for a latency budget, each choice assembled and measured and the solver corrected by what it measured:
-`theseus_core.search.CandidateLibrary.choose_measured`, the trail in ``measured_choices``); every Theseus variant of
-the run then trains that choice (`Context.plan`), starting from the distilled weights. The outcome goes into the
-checkpoint (a resumed run keeps its choice and distils again, deterministically) and into
-``report.json["search"]``.
+training split (its last batches, never seen by the distillation; not dev, not test), and solves for the choice (for a
+latency budget, each choice assembled and measured and the solver corrected by what it measured, the uniform choices
+measured beside, and those within the budget compared as wholes, each assembled in the predecessor on the scoring
+batches: `theseus_core.search.CandidateLibrary.choose_measured`, the trail in ``measured_choices``); every Theseus
+variant of the run then trains that choice (`Context.plan`), starting from the distilled weights. The outcome goes into
+the checkpoint (a resumed run keeps its choice and distils again, deterministically) and into ``report.json["search"]``.
 """
 
 from __future__ import annotations
@@ -255,7 +255,13 @@ class BudgetSearch:
                 (cost,) = self.measure(predecessor, [chosen], library)
                 return cost.get("measured_latency_ratio", float("inf"))  # one that does not assemble never fits
 
-            choice, trail = library.choose_measured(scores, costs, self.fraction, measure, self.kind)
+            def assess(chosen: dict[str, str]) -> float:  # the whole choice, on the batches that scored
+                return library.assembled_score(chosen, score, self.task.logits)
+
+            also = library.uniform_choices()  # what the runs without a budget train, measured beside
+            choice, trail = library.choose_measured(
+                scores, costs, self.fraction, measure, self.kind, also=also, assess=assess
+            )
             within = any(entry["measured_ratio"] <= self.fraction for entry in trail)
             if not within:
                 cheapest = min(entry["measured_ratio"] for entry in trail)

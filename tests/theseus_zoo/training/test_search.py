@@ -160,9 +160,14 @@ def test_a_latency_search_measures_its_choices_and_keeps_one_measured_within_the
     assert search["predicted_ratio"] == taken["predicted_ratio"]
     within = [entry for entry in trail if entry["measured_ratio"] <= 0.5]
     assert search["within_budget"] == bool(within)
-    if within:  # timing decides which: whatever it measured, the best-scoring choice within the budget is taken
-        assert taken == max(within, key=lambda entry: entry["score"])
-    assert "assembled and measured" in (out / "report.md").read_text()
+    if within:  # timing decides which: whatever it measured, the best choice within the budget as a whole is taken
+        assert all("assessed" in entry for entry in within)
+        assert taken == max(within, key=lambda entry: entry["assessed"])
+    uniform = [entry for entry in trail if entry["budget_given"] is None]  # measured beside the solver's
+    assert uniform and all(len(set(entry["chosen"].values())) == 1 for entry in uniform)
+    assert {next(iter(entry["chosen"].values())) for entry in uniform} <= set(search["uniform"])
+    text = (out / "report.md").read_text()
+    assert "assembled and measured" in text and "the uniform choices were measured beside" in text
 
 
 def test_a_budget_on_a_graph_exports_an_ordinary_gcn(tmp_path, monkeypatch):
