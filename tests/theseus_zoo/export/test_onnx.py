@@ -94,6 +94,41 @@ def test_a_bert_run_exports_and_matches_in_onnx_runtime(tmp_path, capsys, num_la
     assert outputs[0].name == "logits" and outputs[0].shape[-1] == num_labels
 
 
+def test_a_bert_run_whose_layers_a_search_shaped_differently_exports_and_matches(tmp_path, capsys):
+    """A budget search's export: layers of several forms (no attention, no FFN, half the FFN, the first layer of
+    its group), which the config describes (`slim.LAYER_FORMS_KEY`) and `hf.load_pretrained` rebuilds; the ONNX
+    graph runs each layer as shaped and matches PyTorch on sentences of other lengths and batch sizes."""
+    pytest.importorskip("scipy")
+    from transformers import BertConfig, BertForSequenceClassification
+
+    import theseus_core as th
+    from theseus_adapters import hf, hf_candidates, slim
+
+    run = _bert_run(tmp_path, 2, quantized=False)  # its tokenizer; the model is replaced below
+    config = BertConfig(
+        vocab_size=len(WORDS) + 7,
+        hidden_size=16,
+        num_hidden_layers=6,
+        num_attention_heads=2,
+        intermediate_size=24,
+        num_labels=2,
+        attn_implementation="eager",
+    )
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(config).eval()
+    inputs = {"input_ids": torch.randint(0, config.vocab_size, (2, 7), generator=torch.Generator().manual_seed(1))}
+    found, hook = hf_candidates.candidates(model, hf.plan(model, 4))
+    library = th.CandidateLibrary(model, found, example_kwargs=inputs, on_finalize=hook)
+    choice = dict(zip(library.paths, ["no_attention", "no_ffn", "ffn_half", "one"], strict=True))
+    searched = th.replace_(model, library.plan(choice), example_kwargs=inputs).finalize().eval()
+    forms = getattr(searched.config, slim.LAYER_FORMS_KEY)
+    assert len({str(form) for form in forms}) == 4  # four layers, each of its own form
+    searched.save_pretrained(run / "model")
+    assert cli.main(["export", "--onnx", str(run)]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert "model.onnx" in line and "ONNX Runtime matches PyTorch within" in line
+
+
 def test_a_resnet_run_exports_and_matches(tmp_path):
     from torchvision.models.resnet import BasicBlock, ResNet
 
