@@ -59,6 +59,8 @@ import copy
 import functools
 import inspect
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 from torch import nn
 
@@ -75,7 +77,7 @@ from .hf_stack import (
     layer_stack,
     sync_config,
 )
-from .slim import check_slim, load_pretrained, prune_layer_
+from .slim import LAYER_FORMS_KEY, check_slim, prune_layer_, shape_layer_
 
 __all__ = [
     "INITS",
@@ -351,3 +353,56 @@ def _register_defaults() -> None:
 
 
 _register_defaults()
+
+
+def load_pretrained(directory: str | Path, **kwargs: Any) -> Any:
+    """The transformers model ``save_pretrained`` wrote to ``directory``, its layers as the config describes them.
+
+    Without ``config.theseus_layers`` (every layer of one shape: any model that plain transformers describes) this
+    is ``from_pretrained`` of the class the config names (``config.architectures[0]``). With them (a budget search
+    chose layers of several forms, `sync_slim`): that class built from the config, each layer of its stack shaped by
+    its form (`shape_layer_`: narrowed, a sublayer removed), then the weights loaded by that same
+    ``from_pretrained``, so that ``output_loading_info=True`` reports any missing, unexpected or mismatched key.
+    The model returned is an instance of that class.
+
+    Args:
+        directory: What ``save_pretrained`` wrote.
+        **kwargs: Passed to ``from_pretrained`` (``dtype``, ``output_loading_info``, ...).
+
+    Raises:
+        ValueError: a config that names no transformers class, or forms that do not fit its layer stack.
+    """
+    import transformers
+
+    config = transformers.AutoConfig.from_pretrained(directory)
+    name = next(iter(getattr(config, "architectures", None) or ()), None)
+    model_class = getattr(transformers, name, None) if isinstance(name, str) else None
+    if model_class is None:
+        raise ValueError(f"the config in {directory} names no transformers model class (architectures: {name!r})")
+    forms = getattr(config, LAYER_FORMS_KEY, None) or getattr(config.get_text_config(), LAYER_FORMS_KEY, None)
+    if not forms:
+        return model_class.from_pretrained(directory, **kwargs)
+
+    class Shaped(model_class):  # builds as model_class, then shapes the layers before the weights load
+        def __init__(self, config, *args: Any, **options: Any) -> None:
+            super().__init__(config, *args, **options)
+            paths = [  # the stack the forms describe: a search may have left it one layer, which finders skip
+                path
+                for path, module in self.named_modules()
+                if isinstance(module, nn.ModuleList)
+                and path.rsplit(".", 1)[-1] in STACK_NAMES
+                and len(module) == len(forms)
+            ]
+            if len(paths) != 1:
+                raise ValueError(
+                    f"config.{LAYER_FORMS_KEY} lists {len(forms)} layer forms, and {type(self).__name__} has "
+                    f"{len(paths)} layer stacks of that length ({paths}): which one it describes is unclear"
+                )
+            found = layer_stack(self, paths[0])
+            for layer, form in zip(self.get_submodule(found.path), forms, strict=True):
+                shape_layer_(layer, form, found.config(self))
+
+    Shaped.__name__ = Shaped.__qualname__ = model_class.__name__
+    loaded = Shaped.from_pretrained(directory, config=config, **kwargs)
+    (loaded[0] if isinstance(loaded, tuple) else loaded).__class__ = model_class  # Shaped adds nothing after init
+    return loaded

@@ -4,7 +4,7 @@
 to the output; `remove_sublayer_` takes a layer's attention or FFN out altogether, so that its residual branch adds
 exactly 0. `sync_slim` then describes the layers in the config: the new sizes when every layer has the same, so
 that the export reloads in plain transformers; else one *form* per layer (`layer_form`) in
-``config.theseus_layers``, which `load_pretrained` reads back. `theseus_adapters.hf.plan(..., heads=,
+``config.theseus_layers``, which `hf.load_pretrained` reads back. `theseus_adapters.hf.plan(..., heads=,
 intermediate_size=)` prunes each successor copy; a budget search (`theseus_adapters.hf_candidates`) offers layers
 without attention, without FFN, or with a narrower FFN. The layouts it knows are `SLIM_LAYOUTS`.
 
@@ -12,14 +12,13 @@ Per-layer forms: transformers 5 has a config-side ``per_layer_config`` (with a `
 do not build their layers from it (a Llama config with a per-layer ``intermediate_size`` does not build), so the
 forms go under a key of their own. Plain ``from_pretrained`` ignores it and builds every layer whole: a narrower
 FFN's weights then fail to load (a size mismatch), and a removed sublayer's are reported missing and initialised at
-random, with a warning only. Load such an export with `load_pretrained`.
+random, with a warning only. Load such an export with `hf.load_pretrained`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -378,7 +377,7 @@ def sync_slim(stack: Sequence[nn.Module], config, path: str = "the stack") -> No
     go into the config (``num_attention_heads`` where the layout prunes heads, its `SlimLayout.ffn_config`), and
     ``save_pretrained`` -> plain ``from_pretrained`` rebuilds them; otherwise each layer's `layer_form` goes into
     ``config.theseus_layers`` (`LAYER_FORMS_KEY`), the config's sizes kept (at least each layer's), and
-    `load_pretrained` rebuilds them. For layouts it does not know or a stack with projected (narrower) layers it
+    `hf.load_pretrained` rebuilds them. For layouts it does not know or a stack with projected (narrower) layers it
     writes nothing, and removes forms the config held (they described other layers). ``path`` names the stack in
     errors."""
     vars(config).pop(LAYER_FORMS_KEY, None)  # whatever it held described the layers before this stack's
@@ -404,58 +403,3 @@ def sync_slim(stack: Sequence[nn.Module], config, path: str = "the stack") -> No
     setattr(config, layout.ffn_config, forms[0]["intermediate_size"])
     if layout.query is not None:
         config.num_attention_heads = forms[0]["heads"]
-
-
-def load_pretrained(directory: str | Path, **kwargs: Any) -> Any:
-    """The transformers model ``save_pretrained`` wrote to ``directory``, its layers as the config describes them.
-
-    Without ``config.theseus_layers`` (every layer of one shape: any model that plain transformers describes) this
-    is ``from_pretrained`` of the class the config names (``config.architectures[0]``). With them (a budget search
-    chose layers of several forms, `sync_slim`): that class built from the config, each layer of its stack shaped by
-    its form (`shape_layer_`: narrowed, a sublayer removed), then the weights loaded by that same
-    ``from_pretrained``, so that ``output_loading_info=True`` reports any missing, unexpected or mismatched key.
-    The model returned is an instance of that class.
-
-    Args:
-        directory: What ``save_pretrained`` wrote.
-        **kwargs: Passed to ``from_pretrained`` (``dtype``, ``output_loading_info``, ...).
-
-    Raises:
-        ValueError: a config that names no transformers class, or forms that do not fit its layer stack.
-    """
-    import transformers
-
-    from .hf_stack import STACK_NAMES, layer_stack
-
-    config = transformers.AutoConfig.from_pretrained(directory)
-    name = next(iter(getattr(config, "architectures", None) or ()), None)
-    model_class = getattr(transformers, name, None) if isinstance(name, str) else None
-    if model_class is None:
-        raise ValueError(f"the config in {directory} names no transformers model class (architectures: {name!r})")
-    forms = getattr(config, LAYER_FORMS_KEY, None) or getattr(config.get_text_config(), LAYER_FORMS_KEY, None)
-    if not forms:
-        return model_class.from_pretrained(directory, **kwargs)
-
-    class Shaped(model_class):  # builds as model_class, then shapes the layers before the weights load
-        def __init__(self, config, *args: Any, **options: Any) -> None:
-            super().__init__(config, *args, **options)
-            paths = [  # the stack the forms describe: a search may have left it one layer, which finders skip
-                path
-                for path, module in self.named_modules()
-                if isinstance(module, nn.ModuleList)
-                and path.rsplit(".", 1)[-1] in STACK_NAMES
-                and len(module) == len(forms)
-            ]
-            if len(paths) != 1:
-                raise ValueError(
-                    f"config.{LAYER_FORMS_KEY} lists {len(forms)} layer forms, and {type(self).__name__} has "
-                    f"{len(paths)} layer stacks of that length ({paths}): which one it describes is unclear"
-                )
-            found = layer_stack(self, paths[0])
-            for layer, form in zip(self.get_submodule(found.path), forms, strict=True):
-                shape_layer_(layer, form, found.config(self))
-
-    Shaped.__name__ = Shaped.__qualname__ = model_class.__name__
-    loaded = Shaped.from_pretrained(directory, config=config, **kwargs)
-    (loaded[0] if isinstance(loaded, tuple) else loaded).__class__ = model_class  # Shaped adds nothing after init
-    return loaded
