@@ -17,8 +17,7 @@ with it (`theseus_adapters.hf_stack.sync_config`: the layer count, each layer's 
 own, and `slim.sync_slim`: the layers' sizes). A choice whose layers all have one shape, attention and FFN each
 (``keep``, ``skip`` and ``one``, slim or not, or one FFN width for every layer), writes those sizes into the config's
 own fields and reloads in plain transformers; a choice of mixed shapes or with a sublayer removed writes one form per
-layer into ``config.theseus_layers``, and `slim.load_pretrained` (``theseus_adapters.hf.load_pretrained``) rebuilds
-it.
+layer into ``config.theseus_layers``, and `theseus_adapters.hf.load_pretrained` rebuilds it.
 """
 
 from __future__ import annotations

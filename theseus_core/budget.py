@@ -11,6 +11,7 @@ best of those that measured within the budget: by the summed score, or by an ``a
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -64,7 +65,8 @@ def measured_choice(
     """The search of `CandidateLibrary.choose_measured` (see there), on any solver: ``propose(given)`` is the
     solver's choice under the given budget (a fraction in [``floor``, 1)), ``measure(chosen)`` the assembled
     choice's cost as a fraction of the predecessor's (``inf``: it does not assemble), ``also`` alternatives measured
-    beside the solver's choices, ``assess(chosen)`` the assembled choice's score (higher is better).
+    beside the solver's choices, ``assess(chosen)`` the assembled choice's score (higher is better). A NaN
+    measurement counts as ``inf`` (never within), a NaN assessment as ``-inf``.
 
     Returns the chosen `Choice` (``budget`` set to ``budget``) and the trail: one entry per solver call
     (``budget_given``, ``predicted_ratio``, ``measured_ratio``, ``score``, ``chosen``), then one per alternative not
@@ -78,7 +80,8 @@ def measured_choice(
     def add(choice: Choice, given: float | None) -> float:
         key = tuple(sorted(choice.chosen.items()))
         if key not in measured:
-            measured[key] = float(measure(dict(choice.chosen)))
+            value = float(measure(dict(choice.chosen)))
+            measured[key] = math.inf if math.isnan(value) else value  # NaN: no reading, so never within
         trail.append(
             {
                 "budget_given": given,
@@ -135,7 +138,8 @@ def measured_choice(
         for index in within:
             key = tuple(sorted(trail[index]["chosen"].items()))
             if key not in assessed:
-                assessed[key] = float(assess(dict(trail[index]["chosen"])))
+                value = float(assess(dict(trail[index]["chosen"])))
+                assessed[key] = -math.inf if math.isnan(value) else value  # NaN: never the best
             trail[index]["assessed"] = assessed[key]
         best = max(within, key=lambda index: trail[index]["assessed"])
     return dataclasses.replace(made[best], budget=float(budget), assessed=trail[best].get("assessed")), trail

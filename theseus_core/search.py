@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
+import math
 import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -386,17 +387,61 @@ class CandidateLibrary:
     def check_budget(
         self, costs: tuple[Mapping[tuple[str, str], Cost], Cost], budget: float, kind: str = "latency"
     ) -> None:
-        """Raises `ValueError` in one line for a budget outside (0, 1) or one that even the cheapest candidates
-        (the cheapest of every group, with the rest of the model) exceed; solves nothing. `choose` refuses by it."""
+        """Raises `ValueError` in one line for a budget outside (0, 1), one that even the cheapest candidates (the
+        cheapest of every group, with the rest of the model) exceed, or one that only choices without a parameter
+        to train fit (every group skipped: the successors would have nothing to learn); solves nothing. `choose`
+        refuses by it."""
         if not (isinstance(budget, (int, float)) and 0 < budget < 1):
             raise ValueError(f"a budget is a fraction of the predecessor's {kind} in (0, 1), got {budget!r}")
-        _, table, total = self._table(costs, kind)
+        names, table, total = self._table(costs, kind)
         cheapest = costs[1].of(kind) + sum(min(row) for row in table)
         if cheapest > budget * total:
             raise ValueError(
                 f"a {kind} budget of {budget:g} is below what the cheapest candidates reach "
                 f"({cheapest / total:.3f} of the predecessor's): raise it, or add cheaper candidates"
             )
+        trained = cheapest + min(self._trainable_premiums(costs[0], names, table), default=math.inf)
+        if trained > budget * total:
+            raise ValueError(
+                f"a {kind} budget of {budget:g} fits only choices without a parameter to train (such as every group "
+                f"skipped): raise it to at least {trained / total:.3f} of the predecessor's"
+            )
+
+    @staticmethod
+    def _solve_trained(
+        values: list[list[float]], table: list[list[float]], limit: float, trainable: list[list[bool]]
+    ) -> list[int]:
+        """`solve` with at least one candidate that has parameters: the best of solving with each group in turn
+        held to those of its candidates (`check_budget` has made sure one fits)."""
+        best, best_value = None, -math.inf
+        for group, allowed in enumerate(trainable):
+            kept = [index for index, has in enumerate(allowed) if has]
+            if not kept:
+                continue
+            held_values = [[values[group][i] for i in kept] if g == group else row for g, row in enumerate(values)]
+            held_costs = [[table[group][i] for i in kept] if g == group else row for g, row in enumerate(table)]
+            try:
+                picked = solve(held_values, held_costs, limit)
+            except ValueError:
+                continue
+            picked[group] = kept[picked[group]]
+            value = sum(row[index] for row, index in zip(values, picked, strict=True))
+            if value > best_value:
+                best, best_value = picked, value
+        if best is None:  # pragma: no cover - check_budget refuses this first
+            raise ValueError(f"no choice with a parameter to train keeps the summed cost within {limit:g}")
+        return best
+
+    def _trainable_premiums(
+        self, per_key: Mapping[tuple[str, str], Cost], names: list[list[str]], table: list[list[float]]
+    ) -> list[float]:
+        """For each group with a candidate that has parameters, what the cheapest such costs over the group's
+        cheapest candidate."""
+        return [
+            min(cost for name, cost in zip(group, row, strict=True) if per_key[(path, name)].params > 0) - min(row)
+            for path, group, row in zip(self.paths, names, table, strict=True)
+            if any(per_key[(path, name)].params > 0 for name in group)
+        ]
 
     def _table(
         self, costs: tuple[Mapping[tuple[str, str], Cost], Cost], kind: str
@@ -417,14 +462,20 @@ class CandidateLibrary:
         kind: str = "latency",
     ) -> Choice:
         """The candidates maximising the summed score with the whole model's cost within ``budget`` times the
-        predecessor's (`solve`). Raises `ValueError` in one line for a budget outside (0, 1) or one that even the
-        cheapest candidates exceed (`check_budget`)."""
+        predecessor's (`solve`), at least one of them with parameters to train. Raises `ValueError` in one line for a
+        budget outside (0, 1), one that even the cheapest candidates exceed, or one that only parameter-free choices
+        fit (`check_budget`)."""
         self.check_budget(costs, budget, kind)
         names, table, total = self._table(costs, kind)
         rest = costs[1].of(kind)
         limit = budget * total - rest
         values = [[scores[(path, name)] for name in group] for path, group in zip(self.paths, names, strict=True)]
+        trainable = [
+            [costs[0][(path, name)].params > 0 for name in group] for path, group in zip(self.paths, names, strict=True)
+        ]
         picked = solve(values, table, limit)
+        if not any(row[index] for row, index in zip(trainable, picked, strict=True)):
+            picked = self._solve_trained(values, table, limit, trainable)
         chosen = {path: group[index] for path, group, index in zip(self.paths, names, picked, strict=True)}
         used = sum(row[index] for row, index in zip(table, picked, strict=True))
         score = sum(row[index] for row, index in zip(values, picked, strict=True))
@@ -472,8 +523,10 @@ class CandidateLibrary:
         """
         self.check_budget(costs, budget, kind)
         alternatives = [self.priced(chosen, scores, costs, kind) for chosen in also]
-        _, table, total = self._table(costs, kind)
-        floor = min((costs[1].of(kind) + sum(min(row) for row in table)) / total * (1 + 1e-9), budget)
+        names, table, total = self._table(costs, kind)  # the floor: the cheapest choice with parameters to train
+        cheapest = costs[1].of(kind) + sum(min(row) for row in table)
+        trained = cheapest + min(self._trainable_premiums(costs[0], names, table))
+        floor = min(trained / total * (1 + 1e-9), budget)
         return measured_choice(
             lambda given: self.choose(scores, costs, given, kind),  # given stays in [floor, 1): the solver finds one
             measure,

@@ -122,3 +122,13 @@ def test_an_alternative_the_solver_never_proposes_wins_when_the_whole_scores_it_
         propose, lambda c: measure(c["g"]), 0.4, 0.2, also=[choice("u")], assess=lambda c: assessed(c["g"])
     )
     assert plain.chosen == {"g": "b"} and best.chosen == {"g": "u"} and best.assessed == -1.0
+
+
+def test_a_nan_measurement_never_fits_and_a_nan_assessment_never_wins():
+    measure = {"a": 0.1, "b": float("nan"), "c": 0.3, "d": 0.9, "u": 0.2}.__getitem__
+    assessed = {"a": -1.0, "b": 5.0, "c": float("nan"), "d": 0.0, "u": -2.0}.__getitem__
+    best, trail = measured_choice(
+        propose, lambda c: measure(c["g"]), 0.5, 0.2, also=[choice("u")], assess=lambda c: assessed(c["g"])
+    )
+    assert all(entry["measured_ratio"] == float("inf") for entry in trail if entry["chosen"] == {"g": "b"})
+    assert best.chosen == {"g": "a"}  # c's assessment is NaN, b never measured within

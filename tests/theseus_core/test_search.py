@@ -413,3 +413,21 @@ def test_when_no_choice_assembles_the_measured_choice_is_refused(setup_once):
     library, scores, costs = setup_once
     with pytest.raises(ValueError, match="assembled"):
         library.choose_measured(scores, costs, 0.6, lambda chosen: float("inf"), kind="params")
+
+
+def test_a_budget_only_parameter_free_choices_fit_is_refused_and_none_is_ever_chosen(setup_once):
+    """Every group skipped leaves the successors nothing to learn: a budget that only such choices fit is refused
+    in one line, and under any other the solver keeps a candidate with parameters, even where skipping scores best."""
+    library, _, costs = setup_once
+    per_key, rest = costs
+    total = rest.params + sum(per_key[(path, KEEP)].params for path in GROUPS)
+    skipped = rest.params / total  # every group skipped: the embedding and the head alone
+    with pytest.raises(ValueError, match="fits only choices without a parameter to train") as refused:
+        library.check_budget(costs, skipped * 1.001, "params")
+    assert "\n" not in str(refused.value)
+    favours_skip = {key: 0.0 if key[1] == "skip" else -1.0 for key in library.successors}
+    for budget in (0.5, 0.9):
+        choice = library.choose(favours_skip, costs, budget, "params")
+        assert any(per_key[(path, name)].params > 0 for path, name in choice.chosen.items())
+        assert choice.predicted_ratio <= budget
+        assert list(choice.chosen.values()).count("skip") == len(GROUPS) - 1  # the best such choice: one group kept

@@ -134,10 +134,10 @@ class Method:
         stages."""
         raise NotImplementedError
 
-    def check(self, task: Task, recipe: Recipe, predecessor: nn.Module) -> None:
+    def check(self, task: Task, recipe: Recipe, predecessor: Callable[[], nn.Module]) -> None:
         """Raises `ValueError` where `build` or a stage's objective would, before anything trains (``recipe`` as
-        `Recipe.for_method` gives it, ``predecessor`` as the family builds it, not yet fine-tuned; left unchanged).
-        Default: nothing to check."""
+        `Recipe.for_method` gives it; ``predecessor()`` the predecessor as the family builds it, not yet fine-tuned,
+        built on the first call only, to be left unchanged). Default: nothing to check."""
 
 
 # ----------------------------------------------------------------------------- losses
@@ -220,7 +220,7 @@ class Theseus(Method):
     report's key; the stages of a second Theseus variant in one run are suffixed with it
     (``"replacing:theseus+kd"``)."""
 
-    def check(self, task: Task, recipe: Recipe, predecessor: nn.Module) -> None:
+    def check(self, task: Task, recipe: Recipe, predecessor: Callable[[], nn.Module]) -> None:
         """``+warmup`` needs a replacing budget to split (`split_budget`); ``+unfreeze`` (or the recipe's
         ``unfreeze_at_one``) a parameter outside the groups: a GCN's groups hold every one, and ``"head"`` needs a
         task that names its head (`HasHead`)."""
@@ -232,7 +232,7 @@ class Theseus(Method):
         unfreezes = any(name == "unfreeze" for name, _ in self.spelled.modifiers)
         try:
             if recipe.unfreeze_at_one is not None:
-                check_unfreeze(predecessor, recipe.unfreeze_at_one, task)
+                check_unfreeze(predecessor(), recipe.unfreeze_at_one, task)
         except ValueError as error:
             raise ValueError(f"{self.name}: {'+unfreeze, ' if unfreezes else ''}{error}") from None
 

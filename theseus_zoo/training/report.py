@@ -91,7 +91,14 @@ def search_lines(search: dict[str, Any]) -> str:
 
         def step(entry: dict[str, Any]) -> str:
             given = entry["budget_given"]
-            where = "uniform " + next(iter(entry["chosen"].values())) if given is None else f"budget {given:.3f}"
+            names = set(entry["chosen"].values())
+            where = (
+                f"budget {given:.3f}"
+                if given is not None
+                else f"uniform {names.pop()}"
+                if len(names) == 1
+                else "an alternative"
+            )
             return f"{where}: predicted {entry['predicted_ratio']:.3f}, measured {entry['measured_ratio']:.3f}" + (
                 f", assembled score {entry['assessed']:.4f}" if "assessed" in entry else ""
             )
@@ -104,7 +111,7 @@ def search_lines(search: dict[str, Any]) -> str:
         )
         lines.append(
             "\nEach choice was assembled and measured, and the solver's budget corrected by what it measured"
-            + ("; the uniform choices were measured beside" if any(e["budget_given"] is None for e in trail) else "")
+            + ("; alternatives were measured beside" if any(e["budget_given"] is None for e in trail) else "")
             + f" ({'; '.join(map(step, trail))}); {outcome}."
         )
     lines.append(

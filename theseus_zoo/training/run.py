@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from theseus_core.search import Cost
+from theseus_core.budget import Cost
 
 from ..recipes import Recipe
 from . import ranks
@@ -90,17 +90,23 @@ class Run:
     def _check(self, session: Session) -> None:
         """What the methods' stages and the budget would refuse once built, refused before the run directory is
         written (`Session.open`): each method's `Method.check` and an impossible budget (`BudgetSearch.check`,
-        which measures the candidates' costs once). A predecessor of the family's, built for the checks alone: the
-        run's random streams do not move."""
+        which measures the candidates' costs once). A predecessor of the family's, built for the checks alone and only
+        when one reads it: the run's random streams do not move."""
         recipe, task = self.recipe, session.task
         device = session.accelerator.device
+        built: list[nn.Module] = []
+
+        def predecessor() -> nn.Module:  # built once, for the checks that read one (most read none)
+            if not built:
+                built.append(task.build_predecessor())
+            return built[0]
+
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            predecessor = task.build_predecessor()
             for method in methods_of(recipe):
                 method.check(task, recipe.for_method(method.full_name), predecessor)
             if recipe.budget is not None:
                 self.search = BudgetSearch(task, recipe, device)
-                self.costs = self.search.check(predecessor)
+                self.costs = self.search.check(predecessor())
 
     def run(self) -> dict[str, Any]:
         """Trains every stage not yet done and writes the report; returns it (on every rank)."""
