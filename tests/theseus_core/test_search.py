@@ -68,22 +68,29 @@ def test_distillation_moves_only_candidate_parameters_and_lowers_their_error(set
     assert moved and moved <= candidates
 
 
-def test_each_score_runs_its_candidate_with_every_other_group_original(setup):
-    _, library, batches = setup
+def hooked_calls(library):
+    """What runs, in order, from now on: ``("original", path)`` for a group's own layers in the reference, ``(path,
+    name)`` for a candidate."""
     calls = []
     for path in GROUPS:
         site = library._reference.sites[library._site_of[path]]
         site.predecessor.register_forward_hook(lambda *args, path=path: calls.append(("original", path)))
     for key, successor in library.successors.items():
         if key[1] != KEEP:
-            successor.register_forward_hook(lambda *args, key=key: calls.append(("candidate", key[0])))
+            successor.register_forward_hook(lambda *args, key=key: calls.append(key))
+    return calls
+
+
+def test_each_score_runs_its_candidate_with_every_other_group_original(setup):
+    _, library, batches = setup
+    calls = hooked_calls(library)
     library.scores(batches[:1], forward)
     references = len(GROUPS)  # the reference pass: every group original
     runs = [calls[i : i + len(GROUPS)] for i in range(references, len(calls), len(GROUPS))]
     assert calls[:references] == [("original", path) for path in GROUPS]
     assert len(runs) == len([key for key in library.successors if key[1] != KEEP])
     for run in runs:
-        (candidate,) = [path for kind, path in run if kind == "candidate"]
+        (candidate,) = [path for path, name in run if path != "original"]
         assert sorted(path for kind, path in run if kind == "original") == sorted(set(GROUPS) - {candidate})
 
 
@@ -98,13 +105,7 @@ def test_keep_scores_zero_and_a_candidate_that_equals_its_group_too(setup):
 def test_an_assembled_score_runs_every_chosen_candidate_at_once_and_one_group_scores_as_alone(setup):
     _, library, batches = setup
     chosen = {GROUPS[0]: "one", GROUPS[1]: KEEP, GROUPS[2]: "narrow"}
-    calls = []
-    for path in GROUPS:
-        site = library._reference.sites[library._site_of[path]]
-        site.predecessor.register_forward_hook(lambda *args, path=path: calls.append(("original", path)))
-    for key, successor in library.successors.items():
-        if key[1] != KEEP:
-            successor.register_forward_hook(lambda *args, key=key: calls.append(key))
+    calls = hooked_calls(library)
     whole = library.assembled_score(chosen, batches[:1], forward)
     references = [("original", path) for path in GROUPS]
     assert calls == [*references, (GROUPS[0], "one"), ("original", GROUPS[1]), (GROUPS[2], "narrow")]

@@ -43,7 +43,9 @@ def _run_dir(root, family: str, options: dict | None = None):
     return root
 
 
-def _bert_run(root, num_labels: int, quantized: bool):
+def _bert_run(root, num_labels: int, quantized: bool, num_layers: int = 2, reshape=None):
+    """A bert run directory: a tiny BERT of ``num_layers`` (``reshape(model)``, when given, is what is saved) with
+    its tokenizer; ``quantized``: binary weights, 8-bit activations, split ternary."""
     from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
 
     import theseus_quant as tq
@@ -56,15 +58,16 @@ def _bert_run(root, num_labels: int, quantized: bool):
     config = BertConfig(
         vocab_size=len(WORDS) + 7,
         hidden_size=16,
-        num_hidden_layers=2,
+        num_hidden_layers=num_layers,
         num_attention_heads=2,
         intermediate_size=24,
         num_labels=num_labels,
         attn_implementation="eager",
     )
+    torch.manual_seed(0)
     model = BertForSequenceClassification(config).eval()
     if not quantized:
-        model.save_pretrained(run / "model")
+        (model if reshape is None else reshape(model)).save_pretrained(run / "model")
         return run
     from theseus_quant.bert import quantize_attention_
 
@@ -99,31 +102,19 @@ def test_a_bert_run_whose_layers_a_search_shaped_differently_exports_and_matches
     its group), which the config describes (`slim.LAYER_FORMS_KEY`) and `hf.load_pretrained` rebuilds; the ONNX
     graph runs each layer as shaped and matches PyTorch on sentences of other lengths and batch sizes."""
     pytest.importorskip("scipy")
-    from transformers import BertConfig, BertForSequenceClassification
-
     import theseus_core as th
     from theseus_adapters import hf, hf_candidates, slim
 
-    run = _bert_run(tmp_path, 2, quantized=False)  # its tokenizer; the model is replaced below
-    config = BertConfig(
-        vocab_size=len(WORDS) + 7,
-        hidden_size=16,
-        num_hidden_layers=6,
-        num_attention_heads=2,
-        intermediate_size=24,
-        num_labels=2,
-        attn_implementation="eager",
-    )
-    torch.manual_seed(0)
-    model = BertForSequenceClassification(config).eval()
-    inputs = {"input_ids": torch.randint(0, config.vocab_size, (2, 7), generator=torch.Generator().manual_seed(1))}
-    found, hook = hf_candidates.candidates(model, hf.plan(model, 4))
-    library = th.CandidateLibrary(model, found, example_kwargs=inputs, on_finalize=hook)
-    choice = dict(zip(library.paths, ["no_attention", "no_ffn", "ffn_half", "one"], strict=True))
-    searched = th.replace_(model, library.plan(choice), example_kwargs=inputs).finalize().eval()
-    forms = getattr(searched.config, slim.LAYER_FORMS_KEY)
-    assert len({str(form) for form in forms}) == 4  # four layers, each of its own form
-    searched.save_pretrained(run / "model")
+    def searched(model):  # four groups of 2, 2, 1 and 1 layers, each given a form of its own
+        ids = torch.randint(0, len(WORDS) + 7, (2, 7), generator=torch.Generator().manual_seed(1))
+        found, hook = hf_candidates.candidates(model, hf.plan(model, 4))
+        library = th.CandidateLibrary(model, found, example_kwargs={"input_ids": ids}, on_finalize=hook)
+        choice = dict(zip(library.paths, ["no_attention", "no_ffn", "ffn_half", "one"], strict=True))
+        searched = th.replace_(model, library.plan(choice), example_kwargs={"input_ids": ids}).finalize().eval()
+        assert len({str(form) for form in getattr(searched.config, slim.LAYER_FORMS_KEY)}) == 4
+        return searched
+
+    run = _bert_run(tmp_path, 2, quantized=False, num_layers=6, reshape=searched)
     assert cli.main(["export", "--onnx", str(run)]) == 0
     (line,) = capsys.readouterr().out.splitlines()
     assert "model.onnx" in line and "ONNX Runtime matches PyTorch within" in line
