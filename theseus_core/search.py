@@ -278,11 +278,19 @@ class CandidateLibrary:
         return primary_output(successor(primary, *rest, **named))
 
     def distill_(
-        self, batches: Sequence[Any], forward: Forward, *, steps: int, lr: float = 1e-3, weight_decay: float = 0.0
+        self,
+        batches: Sequence[Any],
+        forward: Forward,
+        *,
+        steps: int,
+        lr: float = 1e-3,
+        weight_decay: float = 0.0,
+        on_step: Callable[[int, float], None] | None = None,
     ) -> list[float]:
         """Blockwise local distillation of every candidate at once (module doc): ``steps`` AdamW steps over
         ``batches`` in turn; returns the summed loss of each step. Only candidate parameters move. Each candidate
-        draws its randomness (dropout) from a stream of its own, so that the others do not change what it learns."""
+        draws its randomness (dropout) from a stream of its own, so that the others do not change what it learns.
+        ``on_step(step, loss)``: called after each step (a progress bar)."""
         if not isinstance(steps, int) or steps < 1 or not batches:
             raise ValueError(f"distill_ needs steps >= 1 and batches, got steps={steps!r}, {len(batches)} batches")
         trained = self.trainable()
@@ -305,6 +313,8 @@ class CandidateLibrary:
             loss.backward()
             optimizer.step()
             losses.append(float(loss.detach()))
+            if on_step is not None:
+                on_step(step, losses[-1])
         for key in keys:
             self.successors[key].eval()
         return losses

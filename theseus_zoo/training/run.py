@@ -136,7 +136,13 @@ class Run:
         plan = None
         if search is not None:  # a successor per group, under the budget, for every Theseus variant
             session.rng.start_stream("search")
-            plan, record = search.run(predecessor, costs, saved=session.state.search, agree=ranks.from_rank_zero)
+            plan, record = search.run(
+                predecessor,
+                costs,
+                saved=session.state.search,
+                agree=ranks.from_rank_zero,
+                progress=session.progress and session.main,
+            )
             if session.state.search is None:
                 session.state.search = record
                 session.save(None)

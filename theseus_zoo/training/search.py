@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from tqdm.auto import tqdm
 
 import theseus_core as th
 from theseus_core.search import CandidateLibrary, Cost
@@ -236,31 +237,44 @@ class BudgetSearch:
         costs: tuple[dict[tuple[str, str], Cost], Cost],
         saved: dict[str, Any] | None = None,
         agree: Callable[[dict[str, Any]], dict[str, Any]] = lambda record: record,
+        progress: bool = False,
     ) -> tuple[th.Plan, dict[str, Any]]:
         """Distils every candidate, then (unless ``saved`` holds an earlier choice of this run) scores and chooses;
         returns the plan of the choice and the record for the checkpoint and the report. ``agree`` turns this
         process's record into the one every process takes (a run on several processes: rank 0's, since measured
-        costs differ between processes; default: its own)."""
+        costs differ between processes; default: its own). ``progress``: bars for the distillation and for the
+        choices measured."""
         started = time.perf_counter()
         library = self.library(predecessor)
         distill, score = self.batches()
-        losses = library.distill_(distill, self.task.logits, steps=self.steps, lr=self.lr)
+        with tqdm(total=self.steps, desc="search: distil", disable=not progress, leave=False) as bar:
+
+            def step(_: int, loss: float) -> None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss:.4g}", refresh=False)
+
+            losses = library.distill_(distill, self.task.logits, steps=self.steps, lr=self.lr, on_step=step)
         if saved is not None:
             return library.plan(saved["chosen"]), saved
         scores = library.scores(score, self.task.logits)
         trail = None
         if self.kind == "latency":  # the candidates' times need not add up: each choice assembled and measured
+            bar = tqdm(desc="search: measure choices", unit="choice", disable=not progress, leave=False)
 
             def measure(chosen: dict[str, str]) -> float:
                 (cost,) = self.measure(predecessor, [chosen], library)
-                return cost.get("measured_latency_ratio", float("inf"))  # one that does not assemble never fits
+                ratio = cost.get("measured_latency_ratio", float("inf"))  # one that does not assemble never fits
+                bar.update(1)
+                bar.set_postfix(latency=f"{ratio:.3f}", refresh=False)
+                return ratio
 
             # The uniform choices (what the runs without a budget train) are measured beside the solver's, and
             # compete by the summed score. Comparing the choices within the budget as wholes instead (assess=
             # CandidateLibrary.assembled_score after the blockwise distillation) picked, on GCN PolBlogs at 0.25,
             # layers without message passing that trained to 0.61-0.71 (0.834 over 10 seeds against 0.906): not used.
             also = library.uniform_choices()
-            choice, trail = library.choose_measured(scores, costs, self.fraction, measure, self.kind, also=also)
+            with bar:
+                choice, trail = library.choose_measured(scores, costs, self.fraction, measure, self.kind, also=also)
             within = any(entry["measured_ratio"] <= self.fraction for entry in trail)
             if not within:
                 cheapest = min(entry["measured_ratio"] for entry in trail)

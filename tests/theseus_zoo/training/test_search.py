@@ -235,3 +235,20 @@ def test_the_library_is_built_on_the_searchs_device_whatever_the_predecessors(mo
     monkeypatch.setattr(nn.Module, "to", lambda self, *args, **kwargs: moved.append(args) or to(self, *args, **kwargs))
     BudgetSearch(task, recipe, torch.device("cpu")).library(task.build_predecessor())
     assert any(args and str(args[0]) == "cpu" for args in moved)
+
+
+@pytest.mark.parametrize("progress", [True, False])
+def test_the_search_shows_its_distillation_and_its_measurements_as_progress_bars(capsys, monkeypatch, progress):
+    from theseus_zoo.recipes import get_recipe
+    from theseus_zoo.tasks import build_task
+    from theseus_zoo.training.search import BudgetSearch
+
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)  # what --no-progress sets for the process
+    recipe = get_recipe("toy").with_overrides({"budget": {"latency": 0.5, "steps": 3}})
+    task = build_task("toy", {}, 0)
+    search = BudgetSearch(task, recipe, torch.device("cpu"))
+    predecessor = task.build_predecessor()
+    search.run(predecessor, search.check(predecessor), progress=progress)
+    err = capsys.readouterr().err
+    assert ("search: distil" in err and "search: measure choices" in err) == progress
+    assert progress or "search:" not in err
