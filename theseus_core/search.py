@@ -513,7 +513,8 @@ class CandidateLibrary:
         cost), then halving the interval between the largest given budget that measured within and the smallest
         that measured over, until it is narrower than ``tolerance``, the measurement leaves no more room, the
         cheapest choice measured over, or ``rounds`` solver calls are made. A choice met again is not measured
-        again. ``also``: choices to measure beside the solver's (e.g. `uniform_choices`).
+        again. ``also``: choices to measure beside the solver's (e.g. `uniform_choices`); one without a parameter to
+        train (every group skipped) is left out, as `choose` leaves it out.
 
         Scores taken one group at a time need not add up either (a GCN whose every layer stops propagating loses
         its receptive field, which no single group shows): with ``assess`` (e.g. `assembled_score` on held-out
@@ -533,6 +534,8 @@ class CandidateLibrary:
         """
         self.check_budget(costs, budget, kind)
         alternatives = [self.priced(chosen, scores, costs, kind) for chosen in also]
+        # like the solver's, an alternative keeps a candidate with parameters to train (every group skipped does not)
+        alternatives = [a for a in alternatives if any(costs[0][key].params > 0 for key in a.chosen.items())]
         names, table, total = self._table(costs, kind)  # the floor: the cheapest choice with parameters to train
         cheapest = costs[1].of(kind) + sum(min(row) for row in table)
         trained = cheapest + min(self._trainable_premiums(costs[0], names, table))

@@ -145,6 +145,12 @@ def test_measured_alternatives_and_an_assessment_reach_the_choice(setup_once):
     assert choice.chosen == uniform and choice.assessed == 1.0 and choice.budget == 0.6
     assert trail[-1]["budget_given"] is None and trail[-1]["chosen"] == uniform
     assert choice.predicted_ratio == library.priced(uniform, scores, costs, "params").predicted_ratio
+    skipped = dict.fromkeys(GROUPS, "skip")  # nothing to train: never measured, never the fallback
+    measured.clear()
+    over = lambda chosen: measured.append(chosen) or 9.0  # noqa: E731 - none fits: the cheapest measured is taken
+    fallback, trail = library.choose_measured(scores, costs, 0.6, over, "params", also=[skipped, uniform])
+    assert skipped not in measured and skipped not in [entry["chosen"] for entry in trail] and uniform in measured
+    assert fallback.chosen != skipped
     measured.clear()
     with pytest.raises(ValueError, match="has no candidate 'wide'"):
         library.choose_measured(scores, costs, 0.6, measure, "params", also=[dict.fromkeys(GROUPS, "wide")])
