@@ -163,8 +163,10 @@ def test_a_latency_search_measures_its_choices_and_keeps_one_measured_within_the
     if within:  # timing decides which: whatever it measured, the best-scoring choice within the budget is taken
         assert taken == max(within, key=lambda entry: entry["score"])
     assert not any("assessed" in entry for entry in trail)
-    met = [entry["chosen"] for entry in trail]  # every uniform choice is measured: the solver's, or beside them
-    assert all(dict.fromkeys(search["chosen"], name) in met for name in search["uniform"] if name != "keep")
+    met = [entry["chosen"] for entry in trail]  # every uniform choice with something to train is measured
+    trains = {name for path in search["candidates"] for name, c in search["candidates"][path].items() if c["params"]}
+    assert all(dict.fromkeys(search["chosen"], name) in met for name in set(search["uniform"]) & trains - {"keep"})
+    assert dict.fromkeys(search["chosen"], "skip") not in met
     beside = [entry for entry in trail if entry["budget_given"] is None]
     assert all(len(set(entry["chosen"].values())) == 1 for entry in beside)
     text = (out / "report.md").read_text()
