@@ -40,6 +40,7 @@ from typing import Any
 
 from .data.assets import ASSETS
 from .data.assets import fetch as fetch_asset
+from .errors import ONE_LINE_ERRORS
 from .methods import METHODS, split_methods
 from .recipes import Phase, Recipe, get_recipe, list_recipes, load_overrides
 
@@ -354,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
             parallelism=parallelism,
         )
         run.run()  # returns on every rank once rank 0 has written the report
-    except (ValueError, KeyError, FileNotFoundError) as error:
+    except ONE_LINE_ERRORS as error:
         if not getattr(error, "quiet", False):  # one line, not one per rank, for an error every rank met
             message = error.args[0] if isinstance(error, KeyError) and error.args else error  # str() would quote it
             print(f"theseus: error: {message}", file=sys.stderr, flush=True)

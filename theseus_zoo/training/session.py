@@ -28,6 +28,7 @@ from torch import nn
 
 import theseus_core as th
 
+from ..errors import ONE_LINE_ERRORS
 from ..methods import parse_method
 from ..recipes import Phase, Recipe, with_defaults
 from ..tasks import Task, build_task
@@ -232,15 +233,23 @@ class Session:
     def together(self) -> Iterator[None]:
         """Runs the block on every rank, then raises on every rank what any rank's block raised (naming that rank),
         so that no rank waits at the next collective for one that gave up; a barrier when none did. In one process,
-        the block's own error as it was."""
-        failure = None
+        the block's own error as it was. An error the cli reports in one line (`ONE_LINE_ERRORS`) becomes a
+        `RunError` on every rank; any other error is raised as it was, with its traceback, on the rank that met it,
+        and as a `RunError` naming it on the others."""
+        failure: str | None = None
+        error: Exception | None = None
         try:
             yield
-        except (ValueError, KeyError, FileNotFoundError) as error:  # the errors the cli reports in one line
+        except Exception as raised:
             if self.processes == 1:
                 raise
-            failure = str(error)
-        for rank, message in enumerate(ranks.all_gather(failure)):
+            error = raised
+            one_line = isinstance(raised, ONE_LINE_ERRORS)
+            failure = str(raised) if one_line else f"{type(raised).__name__}: {raised}"
+        failures = ranks.all_gather(failure)
+        if error is not None and not isinstance(error, ONE_LINE_ERRORS):
+            raise error
+        for rank, message in enumerate(failures):
             if message is not None:
                 where = "" if rank == 0 else f"rank {rank}: "
                 raise RunError(where + message, on_every_rank=True, quiet=not self.main) from None

@@ -180,3 +180,38 @@ def test_on_a_gpu_the_forward_stream_swaps_the_cuda_generator_too():
         assert "cuda" in stream.state
     assert not torch.equal(masks[0], masks[1])
     assert torch.equal(torch.cuda.get_rng_state(device), shared)
+
+
+class _Rank:
+    """What `Session.together` reads of a session on one of two ranks, with every rank's failure as given."""
+
+    def __init__(self, rank: int) -> None:
+        self.processes, self.main = 2, rank == 0
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_together_raises_every_ranks_failure_on_every_rank_and_keeps_an_unexpected_ones_traceback(rank, monkeypatch):
+    from theseus_zoo.training.run_directory import RunError
+    from theseus_zoo.training.session import Session
+
+    gathers = []
+
+    def gathered(failure):  # rank 1 met the failure; ``failure`` is what this rank's block gave
+        gathers.append(failure)
+        return [None, failure if rank == 1 else expected]
+
+    monkeypatch.setattr(ranks, "all_gather", gathered)
+    session = _Rank(rank)
+    for raised, expected in [
+        (ValueError("bad input"), "bad input"),
+        (PermissionError("disk refused"), "PermissionError: disk refused"),
+    ]:
+        with pytest.raises(Exception) as caught, Session.together(session):
+            if rank == 1:
+                raise raised
+        assert gathers.pop() == (None if rank == 0 else expected)  # every rank gathers, even the one that failed
+        if rank == 1 and not isinstance(raised, ValueError):
+            assert caught.value is raised and caught.value.__traceback__ is not None  # as it was, where it was
+        else:
+            assert isinstance(caught.value, RunError) and caught.value.on_every_rank
+            assert str(caught.value) == f"rank 1: {expected}" and caught.value.quiet == (rank == 1)
