@@ -120,13 +120,16 @@ SEARCHED_AGAINST = {
 
 def search_setting(setting: str, family: str, source: str) -> Setting:
     """A search cell's rows (`benchmarks.campaign_results`' JSON of a cell run ``against`` others): its searched
-    variant against each of `SEARCHED_AGAINST` in the cells it is compared with, where they ran."""
+    variant against each of `SEARCHED_AGAINST` in the cells it is compared with, where they ran; each named with
+    its cell when there are several (``uniform theseus+warmup+kd (mobilenet-v2)``)."""
     data = load(source)
+    several = len(data["against"]) > 1
     comparisons = [
-        Comparison(name, "against", source, model)
+        Comparison(f"{name} ({cell})" if several else name, "against", source, model)
+        for cell in data["against"]
         for method, name in SEARCHED_AGAINST.items()
         for model in data["models"]
-        if model != data["best"] and model.split(": ", 1)[1] == method
+        if model != data["best"] and model == f"{cell}: {method}"
     ]
     return Setting(setting, family, tuple(comparisons))
 

@@ -127,3 +127,19 @@ def test_a_search_cell_rows_compare_its_searched_model_with_each_uniform_one_of_
         row = tables.comparison_row(setting, comparison)
         assert row["variant"] == "searched theseus+warmup+kd"
         assert row["per_seed"] == data["comparisons"][f"{data['best']} − {comparison.key}"]["per_seed"]
+
+
+def test_a_search_cell_against_several_cells_names_each_row_with_its_cell(tmp_path, monkeypatch):
+    from benchmarks import page_tables
+
+    monkeypatch.setattr(page_tables, "RESULTS", tmp_path)
+    models = ["searched: theseus+warmup+kd", "light: theseus+warmup+kd", "light: kd", "shape: kd", "shape: truncated"]
+    summary = {"against": ["light", "shape"], "best": models[0], "models": dict.fromkeys(models, {})}
+    (tmp_path / "searched.json").write_text(json.dumps(summary))
+    setting = tables.search_setting("search", "resnet", "searched.json")
+    assert [(comparison.alternative, comparison.key) for comparison in setting.comparisons] == [
+        ("uniform theseus+warmup+kd (light)", "light: theseus+warmup+kd"),
+        ("kd (light)", "light: kd"),
+        ("kd (shape)", "shape: kd"),
+        ("truncated (shape)", "shape: truncated"),
+    ]
