@@ -134,7 +134,7 @@ def test_a_search_cell_against_several_cells_names_each_row_with_its_cell(tmp_pa
 
     monkeypatch.setattr(page_tables, "RESULTS", tmp_path)
     models = ["searched: theseus+warmup+kd", "light: theseus+warmup+kd", "light: kd", "shape: kd", "shape: truncated"]
-    summary = {"against": ["light", "shape"], "best": models[0], "models": dict.fromkeys(models, {})}
+    summary = {"against": ["light", "shape"], "best": models[0], "models": {model: {} for model in models}}
     (tmp_path / "searched.json").write_text(json.dumps(summary))
     setting = tables.search_setting("search", "resnet", "searched.json")
     assert [(comparison.alternative, comparison.key) for comparison in setting.comparisons] == [
