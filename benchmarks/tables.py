@@ -173,58 +173,6 @@ SETTINGS = (
             Comparison("kd", "recipe", "recipe-resnet-fashion-mnist-converged.json", "baseline:kd", "theseus"),
         ),
     ),
-    *(
-        Setting(
-            f"ResNet-34 → 8 {blocks}, the paper's Theseus",
-            "resnet",
-            (
-                Comparison(
-                    "direct training",
-                    "recipe",
-                    f"recipe-resnet-fashion-mnist-{kind}.json",
-                    "baseline:truncated",
-                    "theseus",
-                ),
-                Comparison("kd", "recipe", f"recipe-resnet-fashion-mnist-{kind}.json", "baseline:kd", "theseus"),
-            ),
-        )
-        for kind, blocks in (("shufflenet-v2", "ShuffleNetV2 units"),)  # MobileNetV2: its campaign row, below
-    ),
-    *(
-        setting
-        for kind, blocks, matched in (("shufflenet-v2", "ShuffleNetV2 units", "kd, 652 steps"),)
-        for setting in (
-            Setting(
-                f"ResNet-34 → 8 {blocks}, best Theseus variant, the recipe's rate 3e-4",
-                "resnet",
-                (
-                    Comparison(
-                        "direct training", "methods", f"methods-resnet-fashion-mnist-{kind}.json", "baseline:truncated"
-                    ),
-                    Comparison("kd", "methods", f"methods-resnet-fashion-mnist-{kind}.json", "baseline:kd"),
-                ),
-            ),
-            Setting(
-                f"ResNet-34 → 8 {blocks}, best Theseus variant, each method at its own dev-chosen rate",
-                "resnet",
-                (
-                    Comparison(
-                        "direct training",
-                        "methods",
-                        f"methods-resnet-fashion-mnist-{kind}-lr-grid.json",
-                        "baseline:truncated",
-                    ),
-                    Comparison("kd", "methods", f"methods-resnet-fashion-mnist-{kind}-lr-grid.json", "baseline:kd"),
-                    Comparison(
-                        f"kd, compute-matched ({matched.split(', ')[1]})",
-                        "matched",
-                        f"methods-resnet-fashion-mnist-{kind}-lr-grid.json",
-                        matched,
-                    ),
-                ),
-            ),
-        )
-    ),
     campaign_setting(
         "GCN 6 → 2 on PolBlogs, a random split per seed (123 labelled nodes), every method at its dev choice from a "
         "closed grid (campaign)",
@@ -236,6 +184,12 @@ SETTINGS = (
         "from a closed grid (campaign)",
         "resnet",
         "campaign-resnet-light-blocks-mobilenet-v2.json",
+    ),
+    campaign_setting(
+        "ResNet-34 → 8 ShuffleNetV2 units on Fashion-MNIST, one predecessor per seed, every method at its dev choice "
+        "from a closed grid (campaign)",
+        "resnet",
+        "campaign-resnet-light-blocks-shufflenet-v2.json",
     ),
     campaign_setting(
         "GCN PolBlogs, few labels: distillation on the 1,099 unlabelled nodes too, a random split per seed, every "
