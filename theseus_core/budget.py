@@ -39,8 +39,9 @@ class Choice:
     chose under on the groups' summed cost, and the predicted cost of the whole model as a fraction of the
     predecessor's. From `CandidateLibrary.choose_measured`, ``budget`` is the caller's and ``limit`` the one of the
     budget it gave the solver (corrected by measurement; for an alternative the caller named, its own summed cost),
-    so ``predicted_ratio`` may exceed ``budget``; ``assessed`` is the assembled choice's score when it was chosen
-    by one (else ``None``)."""
+    so ``predicted_ratio`` may exceed ``budget``; ``measured_ratio`` is what the assembled choice measured (above
+    ``budget`` when no choice measured within it), and ``assessed`` its score as a whole when it was chosen by one
+    (else ``None``; both ``None`` from `CandidateLibrary.choose`)."""
 
     chosen: dict[str, str]
     kind: str
@@ -48,7 +49,14 @@ class Choice:
     limit: float
     predicted_ratio: float
     score: float
+    measured_ratio: float | None = None
     assessed: float | None = None
+
+    @property
+    def within_budget(self) -> bool:
+        """Whether the choice fits its budget: as measured when it was, else as predicted."""
+        ratio = self.predicted_ratio if self.measured_ratio is None else self.measured_ratio
+        return ratio <= self.budget
 
 
 def measured_choice(
@@ -68,7 +76,8 @@ def measured_choice(
     beside the solver's choices, ``assess(chosen)`` the assembled choice's score (higher is better). A NaN
     measurement counts as ``inf`` (never within), a NaN assessment as ``-inf``.
 
-    Returns the chosen `Choice` (``budget`` set to ``budget``) and the trail: one entry per solver call
+    Returns the chosen `Choice` (``budget`` set to ``budget``, ``measured_ratio`` what it measured: above
+    ``budget`` when nothing measured within, `Choice.within_budget` says which) and the trail: one entry per solver call
     (``budget_given``, ``predicted_ratio``, ``measured_ratio``, ``score``, ``chosen``), then one per alternative not
     met already (``budget_given`` ``None``); with ``assess``, each entry measured within the budget holds its
     ``assessed`` score."""
@@ -142,7 +151,13 @@ def measured_choice(
                 assessed[key] = -math.inf if math.isnan(value) else value  # NaN: never the best
             trail[index]["assessed"] = assessed[key]
         best = max(within, key=lambda index: trail[index]["assessed"])
-    return dataclasses.replace(made[best], budget=float(budget), assessed=trail[best].get("assessed")), trail
+    chosen = dataclasses.replace(
+        made[best],
+        budget=float(budget),
+        measured_ratio=trail[best]["measured_ratio"],
+        assessed=trail[best].get("assessed"),
+    )
+    return chosen, trail
 
 
 def solve(scores: Sequence[Sequence[float]], costs: Sequence[Sequence[float]], limit: float) -> list[int]:

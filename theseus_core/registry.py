@@ -223,9 +223,11 @@ def find_successor(
         raise LookupError(
             f"no successor {name!r} registered for {_type_name(module_type)}; the registered ones are {available}"
         )
+    named = "" if name == DEFAULT_SUCCESSOR else f" {name!r}"
+    slot = module_type.__name__ + ("" if name == DEFAULT_SUCCESSOR else f", {name!r}")
     raise LookupError(
-        f"no successor registered for {_type_name(module_type)}; pass ModuleSpec(..., successor=...) "
-        f"or register one with @register_successor({module_type.__name__}) (an adapter registers its defaults "
+        f"no successor{named} registered for {_type_name(module_type)}; pass ModuleSpec(..., successor=...) "
+        f"or register one with @register_successor({slot}) (an adapter registers its defaults "
         f"when it is imported)"
     )
 

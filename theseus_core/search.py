@@ -25,11 +25,15 @@
 `CandidateLibrary.plan` gives the chosen candidates as a `Plan` whose successors start from their distilled
 weights: ``replace_(model, plan)`` then trains them like any successors (the global stage).
 
-Example::
+Example (``forward(model, batch) -> logits``; ``keep`` is added for every group; the hook splices the chosen
+`Kept` and `Skip` out of the finalized model)::
 
-    library = CandidateLibrary(model, {"keep": keep_specs(plan), "mine": plan}, example_inputs=[(x,)])
-    library.distill_(batches, steps=200, lr=1e-3)
-    choice = library.choose(library.scores(held_out, forward), library.costs(held_out[0]), budget=0.5)
+    library = CandidateLibrary(
+        model, {"skip": skip_specs(plan), "mine": plan}, example_inputs=[(x,)], on_finalize=lambda m: splice_(m.blocks)
+    )
+    library.distill_(batches, forward, steps=200, lr=1e-3)
+    costs = library.costs(held_out[0], forward)
+    choice = library.choose(library.scores(held_out, forward), costs, budget=0.5)
     theseus = replace_(model, library.plan(choice))
 """
 
@@ -41,7 +45,7 @@ import hashlib
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -51,6 +55,7 @@ from torch import nn
 from .budget import Choice, Cost, measured_choice, solve
 from .distillation import prediction_loss
 from .engine import replace_
+from .registry import SuccessorRegistry
 from .site import PredecessorChain, primary_output, split_primary
 from .spec import ModuleSpec, Plan
 
@@ -176,16 +181,32 @@ def _identity(group: list[nn.Module]) -> nn.Module:
     return Skip()
 
 
+_KEPT = (_copy_group, None, None)
+"""A `keep_specs` spec's successor and projections."""
+_REFUSALS = (ValueError, TypeError, RuntimeError)
+"""What `replace_` raises for a candidate it refuses (`CandidateLibrary`)."""
+
+
 class CandidateLibrary:
     """Every candidate of every group, built beside a frozen reference copy of the model (module doc).
 
     Args:
         model: The predecessor; only read (every candidate lives in a copy of its own).
         candidates: Name -> specs, one per group the candidate exists for; a group is a path, and its candidates
-            are the specs on that path. ``keep`` is added for every group when not given.
+            are the specs on that path. ``keep`` (each group's own layers: what the predecessor costs, and scores 0)
+            is the library's own, added for every group: a ``keep`` given must be `keep_specs`'.
         example_inputs: Passed to `replace_`, which runs each candidate at rate 0 on them and refuses a wrong one.
         example_kwargs: Likewise. (default: none)
-        on_finalize: The plan hook `plan` hands on (the family's, e.g. a config's layer count). (default: none)
+        on_finalize: The plan hook `plan` hands on: the family's (e.g. a config's layer count), or on a model of
+            your own `splice_` of the container the groups sit in, so that no `Kept` or `Skip` stays in the
+            finalized model. (default: none)
+        registry: Passed to `replace_`: where specs that name their successor find it. (default: the global one)
+
+    A candidate that `replace_` refuses (a ``ValueError``, ``TypeError`` or ``RuntimeError``: it fails its
+    verification, or cannot run on the group's input) is left out of its group and said in `refused` (a family's
+    candidate may not fit some models: a narrow BasicBlock for a Bottleneck); when every candidate but ``keep`` is
+    refused, the library raises. Any other error of a factory is raised, naming the candidate. The model is only
+    read, whatever is raised.
     """
 
     def __init__(
@@ -196,19 +217,31 @@ class CandidateLibrary:
         example_inputs: Any = None,
         example_kwargs: Mapping[str, Any] | None = None,
         on_finalize: Callable[[nn.Module], None] | None = None,
+        registry: SuccessorRegistry | None = None,
     ) -> None:
-        if not candidates:
-            raise ValueError("a candidate library needs at least one candidate per group")
+        if not isinstance(candidates, Mapping) or not candidates:
+            raise ValueError("candidates: a mapping of candidate name -> specs (one per group), with at least one")
+        for name, specs in candidates.items():
+            paths_given = [spec.path for spec in specs] if isinstance(specs, Sequence) else None
+            if not paths_given or not all(isinstance(spec, ModuleSpec) for spec in specs):
+                raise ValueError(f"candidate {name!r}: a non-empty list of ModuleSpec, one per group, got {specs!r}")
+            twice = sorted({path for path in paths_given if paths_given.count(path) > 1})
+            if twice:
+                raise ValueError(f"candidate {name!r} has more than one spec for the group at {', '.join(twice)}")
+        own = [spec for spec in candidates.get(KEEP, ()) if (spec.successor, spec.in_proj, spec.out_proj) != _KEPT]
+        if own:
+            raise ValueError(
+                f"{KEEP!r} is the library's own candidate (each group's layers, `keep_specs`), added for every group; "
+                f"give yours another name (it has a spec for {own[0].path} of its own)"
+            )
         paths = list(dict.fromkeys(spec.path for specs in candidates.values() for spec in specs))
-        columns = {KEEP: keep_specs([ModuleSpec(path) for path in paths]), **candidates}
+        columns = {**candidates, KEEP: keep_specs([ModuleSpec(path) for path in paths])}
+        columns = {KEEP: columns.pop(KEEP), **columns}
         self.paths, self.on_finalize = paths, on_finalize
-        options = {"example_inputs": example_inputs, "example_kwargs": example_kwargs}
+        options = {"example_inputs": example_inputs, "example_kwargs": example_kwargs, "registry": registry}
         self.reference = copy.deepcopy(model).eval()
         self._reference = replace_(self.reference, columns[KEEP], eval_route="predecessor", **options)
         self._site_of = {site.path: index for index, site in enumerate(self._reference.sites)}
-        missing = [path for path in paths if path not in self._site_of]
-        if missing:
-            raise ValueError(f"keep must cover every group; it has none for {missing}")
         self.successors: dict[tuple[str, str], nn.Module] = {}
         self.specs: dict[tuple[str, str], ModuleSpec] = {}
         self.refused: dict[tuple[str, str], str] = {}
@@ -225,23 +258,38 @@ class CandidateLibrary:
                 built = self._build(model, name, specs, options)
             for spec, successor in built:
                 self.successors[(spec.path, name)], self.specs[(spec.path, name)] = successor, spec
+        if all(name == KEEP for _, name in self.successors):
+            if not self.refused:
+                raise ValueError(f"a candidate library needs a candidate besides {KEEP!r}, which it adds itself")
+            (path, name), reason = next(iter(self.refused.items()))
+            raise ValueError(
+                f"every candidate but {KEEP!r} was refused (candidate {name!r} for the group at {path}: {reason}); "
+                f"CandidateLibrary.refused would list each"
+            )
 
     def _build(
         self, model: nn.Module, name: str, specs: Sequence[ModuleSpec], options: dict[str, Any]
     ) -> list[tuple[ModuleSpec, nn.Module]]:
-        """Column ``name``'s candidates, each with its spec; those `replace_` refuses go into `refused`."""
+        """Column ``name``'s candidates, each with its spec; those `replace_` refuses go into `refused` (class doc)."""
         try:  # the whole column in one copy of the model; only its successors are kept, the copy goes
             handle = replace_(copy.deepcopy(model), list(specs), **options)
             by_path = {site.path: site.successor for site in handle.sites}
             return [(spec, by_path[spec.path]) for spec in specs]
-        except (ValueError, TypeError, RuntimeError):
-            built = []
-            for spec in specs:  # one at a time, so that one refusal costs one candidate
-                try:
-                    built.append((spec, replace_(copy.deepcopy(model), [spec], **options).sites[0].successor))
-                except (ValueError, TypeError, RuntimeError) as error:
-                    self.refused[(spec.path, name)] = str(error).splitlines()[0]
-            return built
+        except _REFUSALS:
+            pass
+        except Exception as error:
+            error.add_note(f"while building candidate {name!r} of the candidate library")
+            raise
+        built = []
+        for spec in specs:  # one at a time, so that one refusal costs one candidate
+            try:
+                built.append((spec, replace_(copy.deepcopy(model), [spec], **options).sites[0].successor))
+            except _REFUSALS as error:
+                self.refused[(spec.path, name)] = str(error).splitlines()[0]
+            except Exception as error:
+                error.add_note(f"while building candidate {name!r} for the group at {spec.path}")
+                raise
+        return built
 
     def names(self, path: str) -> list[str]:
         """The candidates of group ``path``, in the order they were given (``keep`` first when added)."""
@@ -279,7 +327,7 @@ class CandidateLibrary:
 
     def distill_(
         self,
-        batches: Sequence[Any],
+        batches: Iterable[Any],
         forward: Forward,
         *,
         steps: int,
@@ -288,9 +336,11 @@ class CandidateLibrary:
         on_step: Callable[[int, float], None] | None = None,
     ) -> list[float]:
         """Blockwise local distillation of every candidate at once (module doc): ``steps`` AdamW steps over
-        ``batches`` in turn; returns the summed loss of each step. Only candidate parameters move. Each candidate
-        draws its randomness (dropout) from a stream of its own, so that the others do not change what it learns.
-        ``on_step(step, loss)``: called after each step (a progress bar)."""
+        ``batches`` in turn (any iterable, read once: a ``DataLoader`` gives one epoch); returns the summed loss of each
+        step. Only candidate parameters move. Each candidate draws its randomness (dropout) from a stream of its own,
+        so that the others do not change what it learns. ``on_step(step, loss)``: called after each step (a progress
+        bar)."""
+        batches = list(batches)
         if not isinstance(steps, int) or steps < 1 or not batches:
             raise ValueError(f"distill_ needs steps >= 1 and batches, got steps={steps!r}, {len(batches)} batches")
         trained = self.trainable()
@@ -320,21 +370,24 @@ class CandidateLibrary:
         return losses
 
     # ------------------------------------------------------------------------------------------------ 3. scores
-    def scores(self, batches: Sequence[Any], forward: Forward) -> dict[tuple[str, str], float]:
+    def scores(self, batches: Iterable[Any], forward: Forward) -> dict[tuple[str, str], float]:
         """Each candidate alone in the otherwise original reference, in eval mode: minus its mean soft loss against
-        the reference's own logits over ``batches`` (0 is the best: the group's own output)."""
+        the reference's own logits over ``batches`` (0 is the best: the group's own output). ``batches``: any
+        iterable, read once (every candidate sees the same batches)."""
+        batches = list(batches)
         references = [self.record(batch, forward)[0] for batch in batches]
         return {
             key: 0.0 if key[1] == KEEP else self._soft_score({key[0]: key[1]}, batches, references, forward)
             for key in self.successors
         }
 
-    def assembled_score(self, chosen: Mapping[str, str], batches: Sequence[Any], forward: Forward) -> float:
+    def assembled_score(self, chosen: Mapping[str, str], batches: Iterable[Any], forward: Forward) -> float:
         """``chosen`` as a whole: every group running its chosen candidate at once in the reference (eval mode),
         minus the mean soft loss against the reference's own logits over ``batches``; what `scores` measures for one
         group at a time, so a choice of one candidate scores as that candidate does. Unlike a summed score, it sees
-        what the groups do together."""
+        what the groups do together. ``batches``: any iterable, read once."""
         self._check_choice(chosen)
+        batches = list(batches)
         references = [self.record(batch, forward)[0] for batch in batches]
         return self._soft_score(chosen, batches, references, forward)
 
@@ -409,6 +462,7 @@ class CandidateLibrary:
             raise ValueError(
                 f"a {kind} budget of {budget:g} is below what the cheapest candidates reach "
                 f"({cheapest / total:.3f} of the predecessor's): raise it, or add cheaper candidates"
+                + (f" ({len(self.refused)} were refused when built: CandidateLibrary.refused)" if self.refused else "")
             )
         trained = cheapest + min(self._trainable_premiums(costs[0], names, table), default=math.inf)
         if trained > budget * total:

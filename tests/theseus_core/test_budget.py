@@ -106,6 +106,7 @@ def test_with_an_assessment_the_best_assessed_choice_measured_within_wins(measur
     within = {name for name in met if measurements[name] <= budget}
     assert "u" in met and sorted(assessed) == sorted(within)
     assert all(("assessed" in entry) == (entry["chosen"]["g"] in within) for entry in trail)
+    assert best.measured_ratio == measurements[best.chosen["g"]] and best.within_budget == bool(within)
     if within:
         assert best.chosen["g"] in within and best.assessed == max(assessments[name] for name in within)
     else:

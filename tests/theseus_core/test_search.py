@@ -225,6 +225,69 @@ def test_a_candidate_replace_refuses_is_left_out_of_its_group_and_said_so():
     assert library.names("[0:2]") == [KEEP] and ("[0:2]", "skip") in library.refused  # 4 -> 8: it does not
 
 
+def test_batches_may_be_any_iterable_read_once(setup):
+    _, library, batches = setup
+    from_list = library.scores(batches, forward)
+    assert library.scores(iter(batches), forward) == from_list  # a loader's one epoch: both passes see the same
+    chosen = dict.fromkeys(GROUPS, "narrow")
+    assert library.assembled_score(chosen, iter(batches), forward) == library.assembled_score(chosen, batches, forward)
+    assert len(library.distill_(iter(batches), forward, steps=2)) == 2
+
+
+def _linear_model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 8), nn.Linear(8, 2)).eval()
+
+
+def test_keep_is_the_librarys_own_and_a_bad_candidate_list_is_refused_before_the_model_is_touched():
+    model = _linear_model()
+    before = copy.deepcopy(model.state_dict())
+    plan = [th.ModuleSpec("[2:3]")]
+    examples = {"example_inputs": [(torch.randn(3, 4),)]}
+    for candidates, message in [
+        ({KEEP: [th.ModuleSpec("[2:3]", successor=th.copy_module(0))], "skip": skip_specs(plan)}, "library's own"),
+        ({"skip": skip_specs(plan) * 2}, "more than one spec for the group at \\[2:3\\]"),
+        ({"skip": []}, "a non-empty list of ModuleSpec"),
+        ([skip_specs(plan)], "a mapping of candidate name"),
+        ({KEEP: keep_specs(plan)}, "a candidate besides 'keep'"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            CandidateLibrary(model, candidates, **examples)
+        assert all(torch.equal(before[key], value) for key, value in model.state_dict().items())
+        assert [type(module) for module in model] == [nn.Linear, nn.ReLU, nn.Linear, nn.Linear]
+    library = CandidateLibrary(model, {KEEP: keep_specs(plan), "skip": skip_specs(plan)}, **examples)  # as families do
+    assert library.names("[2:3]") == [KEEP, "skip"]
+
+
+def test_a_library_whose_every_candidate_is_refused_says_why_and_a_factorys_own_error_names_it():
+    model = _linear_model()
+    examples = {"example_inputs": [(torch.randn(3, 4),)]}
+    with pytest.raises(ValueError, match="every candidate but 'keep' was refused \\(candidate 'skip' for the group at"):
+        CandidateLibrary(model, {"skip": skip_specs([th.ModuleSpec("[0:2]")])}, **examples)  # 4 -> 8: no identity
+
+    def broken(group):
+        return group[0].no_such_attribute
+
+    with pytest.raises(AttributeError) as caught:
+        CandidateLibrary(model, {"broken": [th.ModuleSpec("[2:3]", successor=broken)]}, **examples)
+    assert any("candidate 'broken'" in note for note in caught.value.__notes__)
+
+
+def test_a_named_successor_is_found_in_the_registry_given():
+    registry = th.SuccessorRegistry()
+
+    @registry.register(nn.Linear, "thin")
+    def thin(group):
+        return nn.Linear(group[0].in_features, group[-1].out_features)
+
+    model = _linear_model()
+    specs = [th.ModuleSpec("[2:3]", successor="thin")]
+    with pytest.raises(LookupError, match="no successor 'thin' registered for torch.nn.modules.linear.Linear"):
+        CandidateLibrary(model, {"thin": specs}, example_inputs=[(torch.randn(3, 4),)])  # not in the global one
+    library = CandidateLibrary(model, {"thin": specs}, example_inputs=[(torch.randn(3, 4),)], registry=registry)
+    assert library.names("[2:3]") == [KEEP, "thin"]
+
+
 @pytest.fixture
 def threads():
     """Sets torch's intra-op threads for a test and puts them back."""

@@ -275,12 +275,12 @@ class BudgetSearch:
             also = library.uniform_choices()
             with bar:
                 choice, trail = library.choose_measured(scores, costs, self.fraction, measure, self.kind, also=also)
-            within = any(entry["measured_ratio"] <= self.fraction for entry in trail)
-            if not within:
-                cheapest = min(entry["measured_ratio"] for entry in trail)
+            within = choice.within_budget
+            if not within:  # the cheapest measured is the one taken
                 print(
                     f"theseus: warning: no choice measured within the latency budget of {self.fraction:g}; the "
-                    f"cheapest measured {cheapest:.3f} of the predecessor's latency and is the one trained",
+                    f"cheapest measured {choice.measured_ratio:.3f} of the predecessor's latency and is the one "
+                    f"trained",
                     file=sys.stderr,
                 )
         else:  # parameters add up exactly
