@@ -282,7 +282,7 @@ def test_a_named_successor_is_found_in_the_registry_given():
 
     model = _linear_model()
     specs = [th.ModuleSpec("[2:3]", successor="thin")]
-    with pytest.raises(LookupError, match="no successor 'thin' registered for torch.nn.modules.linear.Linear"):
+    with pytest.raises(LookupError, match=r"no successor 'thin' registered for torch\.nn\.modules\.linear\.Linear"):
         CandidateLibrary(model, {"thin": specs}, example_inputs=[(torch.randn(3, 4),)])  # not in the global one
     library = CandidateLibrary(model, {"thin": specs}, example_inputs=[(torch.randn(3, 4),)], registry=registry)
     assert library.names("[2:3]") == [KEEP, "thin"]
