@@ -511,6 +511,7 @@ class CandidateLibrary:
         self, costs: tuple[Mapping[tuple[str, str], Cost], Cost], kind: str
     ) -> tuple[list[list[str]], list[list[float]], float]:
         """The candidates' names and ``kind`` costs, a row per group, and the predecessor's whole ``kind`` cost."""
+        self._check_entries("costs", costs[0] if isinstance(costs, tuple) and len(costs) == 2 else None)
         per_key, rest = costs
         names = [self.names(path) for path in self.paths]
         table = [
@@ -530,6 +531,7 @@ class CandidateLibrary:
         budget outside (0, 1), one that even the cheapest candidates exceed, or one that only parameter-free choices
         fit (`check_budget`)."""
         self.check_budget(costs, budget, kind)
+        self._check_entries("scores", scores)
         names, table, total = self._table(costs, kind)
         rest = costs[1].of(kind)
         limit = budget * total - rest
@@ -587,6 +589,7 @@ class CandidateLibrary:
                 assembled (every measurement ``inf``).
         """
         self.check_budget(costs, budget, kind)
+        self._check_entries("scores", scores)
         alternatives = [self.priced(chosen, scores, costs, kind) for chosen in also]
         # like the solver's, an alternative keeps a candidate with parameters to train (every group skipped does not)
         alternatives = [a for a in alternatives if any(costs[0][key].params > 0 for key in a.chosen.items())]
@@ -627,6 +630,19 @@ class CandidateLibrary:
         search should at least match: the uniform successors of a run without a budget)."""
         shared = [name for name in self.names(self.paths[0]) if all((p, name) in self.successors for p in self.paths)]
         return [dict.fromkeys(self.paths, name) for name in shared if name != KEEP]
+
+    def _check_entries(self, what: str, given: Any) -> None:
+        """``given`` (`scores`' or `costs`' per-candidate mapping) has an entry for every candidate of the library."""
+        how = {"scores": "library.scores(batches, forward)", "costs": "the pair library.costs(batch, forward) returns"}
+        if not isinstance(given, Mapping):
+            raise ValueError(f"{what}: pass {how[what]}, got {type(given).__name__}")
+        missing = [key for key in self.successors if key not in given]
+        if missing:
+            path, name = missing[0]
+            raise ValueError(
+                f"{what} has no entry for candidate {name!r} of the group at {path} ({len(missing)} missing): pass "
+                f"{how[what]} of this library"
+            )
 
     def _check_choice(self, chosen: Mapping[str, str]) -> None:
         if set(chosen) != set(self.paths):

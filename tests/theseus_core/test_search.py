@@ -192,6 +192,18 @@ def test_a_budget_out_of_range_or_below_the_cheapest_choice_is_refused_in_one_li
     assert "\n" not in str(refused.value)
 
 
+def test_scores_or_costs_of_another_library_or_shape_are_refused_in_one_line(setup):
+    _, library, batches = setup
+    scores, costs = library.scores(batches[:1], forward), library.costs(batches[0], forward, rounds=1)
+    partial = {key: value for key, value in scores.items() if key[1] != "narrow"}
+    with pytest.raises(ValueError, match="scores has no entry for candidate 'narrow' of the group at blocks"):
+        library.choose(partial, costs, budget=0.5)
+    with pytest.raises(ValueError, match=r"costs: pass the pair library\.costs"):
+        library.choose(scores, costs[0], budget=0.5)  # the per-candidate half alone
+    with pytest.raises(ValueError, match=r"scores: pass library\.scores"):
+        library.choose_measured(list(scores.values()), costs, 0.5, lambda chosen: 0.1)
+
+
 def test_check_budget_refuses_what_choose_refuses_and_solves_nothing(setup, monkeypatch):
     _, library, batches = setup
     costs = library.costs(batches[0], forward, rounds=1)
