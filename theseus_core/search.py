@@ -222,9 +222,9 @@ class CandidateLibrary:
         if not isinstance(candidates, Mapping) or not candidates:
             raise ValueError("candidates: a mapping of candidate name -> specs (one per group), with at least one")
         for name, specs in candidates.items():
-            paths_given = [spec.path for spec in specs] if isinstance(specs, Sequence) else None
-            if not paths_given or not all(isinstance(spec, ModuleSpec) for spec in specs):
+            if not isinstance(specs, Sequence) or not specs or not all(isinstance(spec, ModuleSpec) for spec in specs):
                 raise ValueError(f"candidate {name!r}: a non-empty list of ModuleSpec, one per group, got {specs!r}")
+            paths_given = [spec.path for spec in specs]
             twice = sorted({path for path in paths_given if paths_given.count(path) > 1})
             if twice:
                 raise ValueError(f"candidate {name!r} has more than one spec for the group at {', '.join(twice)}")
@@ -235,8 +235,10 @@ class CandidateLibrary:
                 f"give yours another name (it has a spec for {own[0].path} of its own)"
             )
         paths = list(dict.fromkeys(spec.path for specs in candidates.values() for spec in specs))
-        columns = {**candidates, KEEP: keep_specs([ModuleSpec(path) for path in paths])}
-        columns = {KEEP: columns.pop(KEEP), **columns}
+        columns = {
+            KEEP: keep_specs([ModuleSpec(path) for path in paths]),
+            **{name: specs for name, specs in candidates.items() if name != KEEP},
+        }
         self.paths, self.on_finalize = paths, on_finalize
         options = {"example_inputs": example_inputs, "example_kwargs": example_kwargs, "registry": registry}
         self.reference = copy.deepcopy(model).eval()

@@ -237,18 +237,19 @@ class Session:
         `RunError` on every rank; any other error is raised as it was, with its traceback, on the rank that met it,
         and as a `RunError` naming it on the others."""
         failure: str | None = None
-        error: Exception | None = None
+        unexpected: Exception | None = None
         try:
             yield
         except Exception as raised:
             if self.processes == 1:
                 raise
-            error = raised
-            one_line = isinstance(raised, ONE_LINE_ERRORS)
-            failure = str(raised) if one_line else f"{type(raised).__name__}: {raised}"
+            if isinstance(raised, ONE_LINE_ERRORS):
+                failure = str(raised)
+            else:
+                unexpected, failure = raised, f"{type(raised).__name__}: {raised}"
         failures = ranks.all_gather(failure)
-        if error is not None and not isinstance(error, ONE_LINE_ERRORS):
-            raise error
+        if unexpected is not None:
+            raise unexpected
         for rank, message in enumerate(failures):
             if message is not None:
                 where = "" if rank == 0 else f"rank {rank}: "
