@@ -135,13 +135,11 @@ def search_setting(setting: str, family: str, source: str) -> Setting:
 
 
 SETTINGS = (
-    Setting(
-        "MiniLM, valence regression 6 → 2 layers",
+    campaign_setting(
+        "MiniLM, valence regression 6 → 2 layers, one predecessor per seed, every method at its dev choice from a "
+        "closed grid (campaign)",
         "bert",
-        (
-            Comparison("truncated", "compare", "compare/compare-minilm-rt-regression-2l.json", "truncated", "theseus"),
-            Comparison("kd", "compare", "compare/extensions-minilm-rt-regression-2l.json", "kd", "theseus"),
-        ),
+        "campaign-minilm-regression-2l.json",
     ),
     Setting(
         "MiniLM 6 → 3 slim layers (half the FFN)",

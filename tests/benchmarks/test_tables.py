@@ -26,7 +26,7 @@ def test_every_generated_table_and_at_a_glance_json_match_their_json():
 def test_the_check_names_a_table_edited_by_hand_and_a_table_declared_nowhere():
     page = (tables.ROOT / "docs" / "results" / "index.md").read_text()
     body = tables.tables_of(page)["at-a-glance"]
-    edited = page.replace(body, body.replace("−0.55", "−0.45", 1))
+    edited = page.replace(body, body.replace("| ", "| edited by hand ", 1))
     assert edited != page
     assert tables.tables_of(tables.render(edited))["at-a-glance"] != tables.tables_of(edited)["at-a-glance"]
     assert tables.tables_of(tables.render(edited)) == tables.tables_of(page)
