@@ -4,7 +4,8 @@
 
 - ``keep``: the group's own layers; ``skip``: the identity (the layers dropped, where the model's layers take and
   give the hidden states alone); ``one``: the plan's successor (a copy of one of the group's layers, or its slim or
-  quantized form as the plan is asked).
+  quantized form as the plan is asked), given as the plan itself, so that the search verifies every candidate, and
+  finalizes the chosen model, on the plan's `theseus_core.Plan.more_examples` too (tokens past any attention window).
 - `LAYER_FORMS`, one layer started from the group's first layer (`theseus_adapters.slim`): ``no_attention`` and
   ``no_ffn`` (the sublayer taken out with what only it uses, `slim.remove_sublayer_`: the layer computes what it
   computed with that sublayer's residual branch set to 0), ``ffn_half`` and ``ffn_quarter`` (the FFN neurons of
@@ -12,7 +13,7 @@
   cannot take that form (`slim.SLIM_LAYOUTS` knows BERT-like and Llama-like layers) refuses it in one line, and the
   search leaves it out of the group (`theseus_core.search.CandidateLibrary.refused`).
 
-The hook the chosen plan finalizes with splices the stack (`theseus_core.search.splice_`) and makes the config agree
+The hook the chosen plan finalizes with splices the stack (`theseus_core.candidates.splice_`) and makes the config agree
 with it (`theseus_adapters.hf_stack.sync_config`: the layer count, each layer's ``layer_idx`` renumbered from its
 own, and `slim.sync_slim`: the layers' sizes). A choice whose layers all have one shape, attention and FFN each
 (``keep``, ``skip`` and ``one``, slim or not, or one FFN width for every layer), writes those sizes into the config's
@@ -24,13 +25,13 @@ from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from torch import nn
 
 import theseus_core as th
-from theseus_core.search import splice_
+from theseus_core.candidates import splice_
 
 from .hf import _sync_undoably
 from .hf_stack import layer_stack
@@ -64,7 +65,7 @@ def layer_form_successor(form: str) -> th.spec.SuccessorFactory:
 
 def candidates(
     model: nn.Module, base: th.Plan, stack: str | None = None
-) -> tuple[dict[str, list[th.ModuleSpec]], Callable[[nn.Module], Any]]:
+) -> tuple[dict[str, Sequence[th.ModuleSpec]], Callable[[nn.Module], Any]]:
     """Name -> one spec per group of ``base`` (the family's `theseus_adapters.hf.plan` of ``model``), and the hook a
     chosen plan finalizes with (module doc). ``model`` is only read."""
     found = layer_stack(model, stack)
@@ -73,7 +74,7 @@ def candidates(
         splice_(model.get_submodule(found.path))
         return _sync_undoably(model, stack=found)  # each layer renumbered from its own layer_idx
 
-    offered = {"keep": th.keep_specs(base), "skip": th.skip_specs(base), "one": list(base)}
+    offered = {"keep": th.keep_specs(base), "skip": th.skip_specs(base), "one": base}  # the plan: its more_examples
     for form in LAYER_FORMS:
         offered[form] = [th.ModuleSpec(spec.path, successor=layer_form_successor(form)) for spec in base]
     return offered, finalize

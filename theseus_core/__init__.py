@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .budget import solve
+    from .candidates import Kept, Skip, keep_specs, skip_specs, splice_
     from .engine import Theseus, replace_
+    from .latency import latency_clock
     from .planning import copy_module, even_group_sizes, group_sizes_for, plan
     from .prepare import register_example_check
     from .registry import (
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
         registered_successor,
     )
     from .schedule import AntiCurriculumSchedule, ConstantSchedule, LinearSchedule
-    from .search import CandidateLibrary, keep_specs, latency_clock, skip_specs, splice_
+    from .search import CandidateLibrary
     from .site import PredecessorChain, Projected, ReplacementSite, primary_output, split_primary
     from .spec import ModuleSpec, Plan
     from .verify import VerificationError
@@ -47,7 +49,9 @@ _MODULES = {
     ),
     "schedule": ("AntiCurriculumSchedule", "ConstantSchedule", "LinearSchedule"),
     "budget": ("solve",),
-    "search": ("CandidateLibrary", "keep_specs", "latency_clock", "skip_specs", "splice_"),
+    "search": ("CandidateLibrary",),
+    "candidates": ("Kept", "Skip", "keep_specs", "skip_specs", "splice_"),
+    "latency": ("latency_clock",),
     "site": ("PredecessorChain", "Projected", "ReplacementSite", "primary_output", "split_primary"),
     "spec": ("ModuleSpec", "Plan"),
     "verify": ("VerificationError",),
@@ -59,12 +63,14 @@ __all__ = [
     "AntiCurriculumSchedule",
     "CandidateLibrary",
     "ConstantSchedule",
+    "Kept",
     "LinearSchedule",
     "ModuleSpec",
     "Plan",
     "PredecessorChain",
     "Projected",
     "ReplacementSite",
+    "Skip",
     "SuccessorRegistry",
     "Theseus",
     "VerificationError",

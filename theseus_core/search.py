@@ -1,7 +1,8 @@
 """A successor per group, chosen under a budget: Puzzle's four stages (Bercovich et al., ICML 2025) for any model.
 
 1. **Candidates**: for each group of a plan, named alternatives, each a `ModuleSpec` on the group's path (``keep``:
-   the group's own layers, ``skip``: the identity, or any registered or hand-made successor). `CandidateLibrary`
+   the group's own layers, ``skip``: the identity (`theseus_core.candidates`), or any registered or hand-made
+   successor). `CandidateLibrary`
    builds every one of them through `replace_` (verified at rate 0 like any replacement; one that `replace_`
    refuses is left out of its group, and said so in `CandidateLibrary.refused`).
 2. **Blockwise local distillation** (`CandidateLibrary.distill_`): the predecessor runs once per batch, its groups'
@@ -44,7 +45,6 @@ import copy
 import hashlib
 import math
 import statistics
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -53,10 +53,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from .budget import Choice, Cost, measured_choice, solve
+from .candidates import _copy_group, keep_specs
 from .distillation import prediction_loss
 from .engine import replace_
+from .latency import latency_clock
 from .registry import SuccessorRegistry
-from .site import PredecessorChain, primary_output, split_primary
+from .site import primary_output, split_primary
 from .spec import ModuleSpec, Plan
 
 Forward = Callable[[nn.Module, Any], torch.Tensor]
@@ -103,84 +105,6 @@ def _cuda_devices(model: nn.Module) -> list[torch.device]:
     return sorted({p.device for p in model.parameters() if p.device.type == "cuda"}, key=str)
 
 
-def latency_clock(device: torch.device | str) -> Callable[[Callable[[], Any]], float]:
-    """How long one call takes on ``device``, the way latency is read here: ``timed(call)`` -> seconds.
-
-    On a CPU running one intra-op thread (``torch.get_num_threads() == 1``) it is the CPU time the process spent on
-    the call (``time.process_time``), so time the operating system gave to other processes (a shared machine) is
-    not counted; with more threads it is wall-clock, since CPU time would add the threads up (so would any other
-    thread the process runs meanwhile: time one thing at a time). On an accelerator (CUDA, or any
-    ``torch.accelerator``) it is wall-clock between synchronizations, the call's kernels included."""
-    device = torch.device(device)
-    if device.type != "cpu":
-        synchronize = torch.cuda.synchronize if device.type == "cuda" else torch.accelerator.synchronize
-
-        def timed(call: Callable[[], Any]) -> float:
-            synchronize(device)
-            started = time.perf_counter()
-            call()
-            synchronize(device)
-            return time.perf_counter() - started
-
-        return timed
-    clock = time.process_time if torch.get_num_threads() == 1 else time.perf_counter
-
-    def timed(call: Callable[[], Any]) -> float:
-        started = clock()
-        call()
-        return clock() - started
-
-    return timed
-
-
-def keep_specs(plan: Sequence[ModuleSpec]) -> list[ModuleSpec]:
-    """For each group of ``plan``, the ``keep`` candidate: a copy of the group's own layers, in order (`Kept`)."""
-    return [ModuleSpec(spec.path, successor=_copy_group) for spec in plan]
-
-
-def skip_specs(plan: Sequence[ModuleSpec]) -> list[ModuleSpec]:
-    """For each group of ``plan``, the ``skip`` candidate: `Skip`, the identity (refused where the group changes
-    shapes)."""
-    return [ModuleSpec(spec.path, successor=_identity) for spec in plan]
-
-
-class Kept(PredecessorChain):
-    """The ``keep`` candidate of a group of several modules: copies of them, run in order as the group ran (the
-    primary input threaded through, every other input to each). A family's finalize hook splices ``layers`` back
-    into the model."""
-
-
-def splice_(container: nn.Module) -> None:
-    """In place: in ``container`` (an ``nn.Sequential`` or ``nn.ModuleList``, kept as the same object), every `Kept`
-    replaced by its layers and every `Skip` removed: what a family's finalize hook does where its groups sat, so
-    that a searched model is an ordinary stack of the family's layers."""
-    flat: list[nn.Module] = []
-    for module in container.children():
-        if isinstance(module, Skip):
-            continue
-        flat.extend(module.layers if isinstance(module, Kept) else [module])
-    for key in list(container._modules):
-        del container._modules[key]
-    for index, module in enumerate(flat):
-        container.add_module(str(index), module)
-
-
-def _copy_group(group: list[nn.Module]) -> nn.Module:
-    return copy.deepcopy(group[0]) if len(group) == 1 else Kept(copy.deepcopy(group))
-
-
-class Skip(nn.Module):
-    """The ``skip`` candidate: the group's primary input, unchanged, whatever else the group is called with (a
-    GNN layer's ``edge_index``, a block's mask). A family's finalize hook removes it from the model."""
-
-    def forward(self, x: Any, *args: Any, **kwargs: Any) -> Any:
-        return x
-
-
-def _identity(group: list[nn.Module]) -> nn.Module:
-    return Skip()
-
-
 _KEPT = (_copy_group, None, None)
 """A `keep_specs` spec's successor and projections."""
 _REFUSALS = (ValueError, TypeError, RuntimeError)
@@ -201,6 +125,9 @@ class CandidateLibrary:
             your own `splice_` of the container the groups sit in, so that no `Kept` or `Skip` stays in the
             finalized model. (default: none)
         registry: Passed to `replace_`: where specs that name their successor find it. (default: the global one)
+        more_examples: More batches every candidate is verified on, as a plan's `Plan.more_examples` (a family's:
+            `theseus_adapters.hf.plan`'s repeats the example tokens past any attention window); `plan` hands it on.
+            (default: that of the first candidate given as a `Plan` with one, else none)
 
     A candidate that `replace_` refuses (a ``ValueError``, ``TypeError`` or ``RuntimeError``: it fails its
     verification, or cannot run on the group's input) is left out of its group and said in `refused` (a family's
@@ -218,6 +145,7 @@ class CandidateLibrary:
         example_kwargs: Mapping[str, Any] | None = None,
         on_finalize: Callable[[nn.Module], None] | None = None,
         registry: SuccessorRegistry | None = None,
+        more_examples: Callable[..., list[tuple[tuple, dict[str, Any]]]] | None = None,
     ) -> None:
         if not isinstance(candidates, Mapping) or not candidates:
             raise ValueError("candidates: a mapping of candidate name -> specs (one per group), with at least one")
@@ -239,10 +167,13 @@ class CandidateLibrary:
             KEEP: keep_specs([ModuleSpec(path) for path in paths]),
             **{name: specs for name, specs in candidates.items() if name != KEEP},
         }
-        self.paths, self.on_finalize = paths, on_finalize
+        if more_examples is None:
+            given = (getattr(specs, "more_examples", None) for specs in candidates.values())
+            more_examples = next((found for found in given if found is not None), None)
+        self.paths, self.on_finalize, self.more_examples = paths, on_finalize, more_examples
         options = {"example_inputs": example_inputs, "example_kwargs": example_kwargs, "registry": registry}
         self.reference = copy.deepcopy(model).eval()
-        self._reference = replace_(self.reference, columns[KEEP], eval_route="predecessor", **options)
+        self._reference = replace_(self.reference, self._verified(columns[KEEP]), eval_route="predecessor", **options)
         self._site_of = {site.path: index for index, site in enumerate(self._reference.sites)}
         self.successors: dict[tuple[str, str], nn.Module] = {}
         self.specs: dict[tuple[str, str], ModuleSpec] = {}
@@ -274,7 +205,7 @@ class CandidateLibrary:
     ) -> list[tuple[ModuleSpec, nn.Module]]:
         """Column ``name``'s candidates, each with its spec; those `replace_` refuses go into `refused` (class doc)."""
         try:  # the whole column in one copy of the model; only its successors are kept, the copy goes
-            handle = replace_(copy.deepcopy(model), list(specs), **options)
+            handle = replace_(copy.deepcopy(model), self._verified(specs), **options)
             by_path = {site.path: site.successor for site in handle.sites}
             return [(spec, by_path[spec.path]) for spec in specs]
         except _REFUSALS:
@@ -285,13 +216,18 @@ class CandidateLibrary:
         built = []
         for spec in specs:  # one at a time, so that one refusal costs one candidate
             try:
-                built.append((spec, replace_(copy.deepcopy(model), [spec], **options).sites[0].successor))
+                handle = replace_(copy.deepcopy(model), self._verified([spec]), **options)
+                built.append((spec, handle.sites[0].successor))
             except _REFUSALS as error:
                 self.refused[(spec.path, name)] = str(error).splitlines()[0]
             except Exception as error:
                 error.add_note(f"while building candidate {name!r} for the group at {spec.path}")
                 raise
         return built
+
+    def _verified(self, specs: Sequence[ModuleSpec]) -> Plan:
+        """``specs`` as a plan for `replace_`, verified on the library's `more_examples` too."""
+        return Plan(list(specs), more_examples=self.more_examples)
 
     def names(self, path: str) -> list[str]:
         """The candidates of group ``path``, in the order they were given (``keep`` first when added)."""
@@ -655,7 +591,7 @@ class CandidateLibrary:
 
     def plan(self, choice: Choice | Mapping[str, str]) -> Plan:
         """The chosen candidates as a `Plan` for `replace_`: each successor (and its projections) a copy of the
-        candidate as distilled, the library's ``on_finalize`` hook kept."""
+        candidate as distilled, the library's ``on_finalize`` and ``more_examples`` kept."""
         chosen = choice.chosen if isinstance(choice, Choice) else dict(choice)
         self._check_choice(chosen)
         specs = []
@@ -669,4 +605,4 @@ class CandidateLibrary:
                     out_proj=None if successor.out_proj is None else copy.deepcopy(successor.out_proj),
                 )
             )
-        return Plan(specs, on_finalize=self.on_finalize)
+        return Plan(specs, on_finalize=self.on_finalize, more_examples=self.more_examples)

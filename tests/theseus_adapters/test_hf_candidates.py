@@ -259,3 +259,31 @@ def test_a_layout_that_cannot_take_a_form_leaves_it_out_of_every_group_in_one_li
     assert {name for _, name in library.refused} == set(refused)
     assert all(message in reason and "\n" not in reason for reason in library.refused.values())
     assert all(set(library.names(path)) == {"keep", "skip", "one", *FORMS} - set(refused) for path in library.paths)
+
+
+def test_a_windowed_decoder_is_searched_and_finalized_on_its_plans_longer_batches():
+    """Mistral with a 4-token window and a 3-token example: `replace_` refuses batches that no window is exceeded by,
+    so every candidate is verified, and the chosen model finalized, on the plan's `Plan.more_examples` too."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    torch.manual_seed(0)
+    config = MistralConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        sliding_window=4,
+    )
+    model = MistralForCausalLM(config).eval()
+    base = hf.plan(model, 2)
+    inputs = {"input_ids": torch.randint(0, 64, (1, 3)), "use_cache": False}
+    with pytest.raises(ValueError, match="window"):
+        th.replace_(copy.deepcopy(model), list(base), example_kwargs=inputs)  # the plan's longer batches left out
+    found, hook = hf_candidates.candidates(model, base)
+    library = th.CandidateLibrary(model, found, example_kwargs=inputs, on_finalize=hook)
+    assert library.more_examples is base.more_examples and library.refused == {}
+    choice = dict(zip(library.paths, ["keep", "ffn_half"], strict=True))
+    finalized = th.replace_(copy.deepcopy(model), library.plan(choice), example_kwargs=inputs).finalize()
+    assert finalized.config.num_hidden_layers == 3

@@ -11,7 +11,8 @@ from torch import nn
 
 import theseus_core as th
 from theseus_core import search
-from theseus_core.search import KEEP, CandidateLibrary, keep_specs, skip_specs
+from theseus_core.candidates import keep_specs, skip_specs
+from theseus_core.search import KEEP, CandidateLibrary
 from theseus_core.testing import ToyStack
 from theseus_core.testing.toys import ToyBlock
 
@@ -300,32 +301,6 @@ def test_a_named_successor_is_found_in_the_registry_given():
     assert library.names("[2:3]") == [KEEP, "thin"]
 
 
-@pytest.fixture
-def threads():
-    """Sets torch's intra-op threads for a test and puts them back."""
-    before = torch.get_num_threads()
-    yield torch.set_num_threads
-    torch.set_num_threads(before)
-
-
-def _busy(seconds):
-    ends = time.process_time() + seconds
-    while time.process_time() < ends:
-        pass
-
-
-def test_on_one_cpu_thread_latency_counts_the_process_work_and_not_its_waiting(threads):
-    threads(1)
-    timed = th.latency_clock("cpu")
-    assert timed(lambda: time.sleep(0.2)) < 0.05  # given to other processes: not this call's latency
-    assert 0.04 <= timed(lambda: _busy(0.05)) < 0.5
-
-
-def test_with_several_threads_latency_is_wall_clock(threads):
-    threads(2)
-    assert th.latency_clock("cpu")(lambda: time.sleep(0.1)) >= 0.1
-
-
 def test_costs_leave_out_what_a_candidate_waits(threads):
     """A candidate that sleeps costs what it computes: the measured latency is the process's work on one thread."""
 
@@ -379,13 +354,6 @@ def test_adding_a_candidate_changes_neither_the_start_nor_the_distillation_of_th
     assert not torch.equal(
         start_more[(GROUPS[0], "first")]["inner.fc1.weight"], start_more[(GROUPS[0], "noisy")]["inner.fc1.weight"]
     )
-
-
-def test_on_an_accelerator_latency_is_read_between_synchronizations(monkeypatch):
-    events = []
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: events.append(("synchronize", str(device))))
-    th.latency_clock("cuda:0")(lambda: events.append("call"))
-    assert events == [("synchronize", "cuda:0"), "call", ("synchronize", "cuda:0")]
 
 
 @pytest.fixture(scope="module")
@@ -513,3 +481,34 @@ def test_a_budget_only_parameter_free_choices_fit_is_refused_and_none_is_ever_ch
         assert any(per_key[(path, name)].params > 0 for path, name in choice.chosen.items())
         assert choice.predicted_ratio <= budget
         assert list(choice.chosen.values()).count("skip") == len(GROUPS) - 1  # the best such choice: one group kept
+
+
+class _SmallBatchesOnly(nn.Linear):
+    """A successor that runs on batches of up to 3 rows: right on the example batch, wrong on a longer one."""
+
+    def forward(self, x):
+        if x.shape[0] > 3:
+            raise RuntimeError("this successor takes batches of up to 3 rows")
+        return super().forward(x)
+
+
+def test_more_examples_verify_the_library_and_the_model_its_plan_finalizes():
+    model, examples, seen = _linear_model(), [(torch.randn(3, 4),)], []
+
+    def longer(args, kwargs):  # the first example batch's positional and keyword arguments
+        seen.append(args[0].shape[0])
+        return [((torch.randn(5, 4),), {})]
+
+    small = [th.ModuleSpec("[2:3]", successor=lambda group: _SmallBatchesOnly(8, 8))]
+    plain = CandidateLibrary(model, {"small": small}, example_inputs=examples)
+    th.replace_(copy.deepcopy(model), plain.plan({"[2:3]": "small"}), example_inputs=examples).finalize()
+    for option in ({"more_examples": longer}, {}):  # given to the library, or to a candidate given as a plan
+        seen.clear()
+        column = small if option else th.Plan(small, more_examples=longer)
+        library = CandidateLibrary(model, {"small": column}, example_inputs=examples, **option)
+        assert library.more_examples is longer and seen  # asked for by the library's replace_
+        plan = library.plan({"[2:3]": "small"})
+        assert plan.more_examples is longer
+        handle = th.replace_(copy.deepcopy(model), plan, example_inputs=examples)
+        with pytest.raises(RuntimeError, match="up to 3 rows"):
+            handle.finalize()  # checked on the longer batch too, which this successor cannot run

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from torch_geometric.nn import GCNConv, SAGEConv
 
 import theseus_core as th
-from theseus_core.search import splice_
+from theseus_core.candidates import splice_
 
 from .layers import LAYERS, start_from_
 from .planning import _step_around, _template_step, plan
@@ -99,6 +99,6 @@ def nodewise_weights(conv: nn.Module) -> tuple[Tensor, Tensor | None] | None:
 
 def flatten_steps(model: nn.Module) -> None:
     """In place: in every `GNNStack` of ``model``, kept groups spliced in and skipped ones removed
-    (`theseus_core.search.splice_`)."""
+    (`theseus_core.candidates.splice_`)."""
     for stack in [module for module in model.modules() if isinstance(module, GNNStack)]:
         splice_(stack)

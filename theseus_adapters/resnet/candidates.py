@@ -14,7 +14,7 @@ from __future__ import annotations
 from torch import nn
 
 import theseus_core as th
-from theseus_core.search import splice_
+from theseus_core.candidates import splice_
 
 from .planning import BlocksPerStage, plan, stage_names
 from .successors import LIGHT_SUCCESSORS
@@ -30,7 +30,7 @@ def candidates(model: nn.Module, blocks: BlocksPerStage = (2, 2, 2, 2)) -> dict[
 
 
 def flatten_stages(model: nn.Module) -> None:
-    """In place: every stage's kept groups spliced in and its skipped ones removed (`theseus_core.search.splice_`),
+    """In place: every stage's kept groups spliced in and its skipped ones removed (`theseus_core.candidates.splice_`),
     so that the stages hold blocks only, as `successor_blocks.export_config` reads them."""
     for name in stage_names(model):
         splice_(getattr(model, name))

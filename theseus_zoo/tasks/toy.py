@@ -121,8 +121,8 @@ class ToyTask(ScoresAccuracy):
 
     def candidates(self, model: nn.Module) -> tuple[dict[str, list[th.ModuleSpec]], Any]:
         """`OffersCandidates`: per group of the plan, ``keep``, ``skip`` and ``one`` (the plan's copied block); any
-        choice finalizes into a `ToyStack` of fewer blocks (`theseus_core.search.splice_`)."""
-        from theseus_core.search import splice_
+        choice finalizes into a `ToyStack` of fewer blocks (`theseus_core.candidates.splice_`)."""
+        from theseus_core.candidates import splice_
 
         base = self.plan(model)
         found = {"keep": th.keep_specs(base), "skip": th.skip_specs(base), "one": list(base)}

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from theseus_core.search import latency_clock
+from theseus_core.latency import latency_clock
 
 
 def interleaved_seconds(
