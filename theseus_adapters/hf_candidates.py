@@ -13,9 +13,11 @@
   cannot take that form (`slim.SLIM_LAYOUTS` knows BERT-like and Llama-like layers) refuses it in one line, and the
   search leaves it out of the group (`theseus_core.search.CandidateLibrary.refused`).
 
-The hook the chosen plan finalizes with splices the stack (`theseus_core.candidates.splice_`) and makes the config agree
-with it (`theseus_adapters.hf_stack.sync_config`: the layer count, each layer's ``layer_idx`` renumbered from its
-own, and `slim.sync_slim`: the layers' sizes). A choice whose layers all have one shape, attention and FFN each
+The hook the chosen plan finalizes with splices the stack (`theseus_core.candidates.splice_`) and makes the config
+agree with it (`theseus_adapters.hf_stack.sync_config`: the layer count; each layer's ``layer_idx`` renumbered from
+its own; the per-layer config entries of the layer each stands for, a kept layer its own and any other, where layers
+carry no index (DistilBERT, ViT), its group's last, whose entries `theseus_adapters.hf.plan` checked the group
+shares; and `slim.sync_slim`: the layers' sizes). A choice whose layers all have one shape, attention and FFN each
 (``keep``, ``skip`` and ``one``, slim or not, or one FFN width for every layer), writes those sizes into the config's
 own fields and reloads in plain transformers; a choice of mixed shapes or with a sublayer removed writes one form per
 layer into ``config.theseus_layers``, and `theseus_adapters.hf.load_pretrained` rebuilds it.
@@ -31,10 +33,10 @@ from typing import Any
 from torch import nn
 
 import theseus_core as th
-from theseus_core.candidates import splice_
+from theseus_core.candidates import Kept, Skip, splice_
 
 from .hf import _sync_undoably
-from .hf_stack import layer_stack
+from .hf_stack import index_attributes, layer_stack
 from .slim import prune_layer_, remove_sublayer_, slim_layout
 
 LAYER_FORMS: dict[str, Callable[[nn.Module], nn.Module]] = {
@@ -69,10 +71,19 @@ def candidates(
     """Name -> one spec per group of ``base`` (the family's `theseus_adapters.hf.plan` of ``model``), and the hook a
     chosen plan finalizes with (module doc). ``model`` is only read."""
     found = layer_stack(model, stack)
+    position = {id(layer): index for index, layer in enumerate(model.get_submodule(found.path))}
+    groups = [[position[id(layer)] for layer in th.spec.resolve(model, spec.path).modules] for spec in base]
 
     def finalize(model: nn.Module) -> Any:
-        splice_(model.get_submodule(found.path))
-        return _sync_undoably(model, stack=found)  # each layer renumbered from its own layer_idx
+        stack = model.get_submodule(found.path)
+        sources = []  # the predecessor layer each layer left stands for, which `sync_config` renumbers it from
+        for chosen, indices in zip(stack.children(), groups, strict=True):  # one successor per group
+            if isinstance(chosen, Kept):
+                sources.extend(indices)
+            elif not isinstance(chosen, Skip):  # its own layer_idx where it has one, else its group's last layer
+                sources.append(index_attributes(chosen)[0][2] if index_attributes(chosen) else indices[-1])
+        splice_(stack)
+        return _sync_undoably(model, stack=found, sources=sources)
 
     offered = {"keep": th.keep_specs(base), "skip": th.skip_specs(base), "one": base}  # the plan: its more_examples
     for form in LAYER_FORMS:

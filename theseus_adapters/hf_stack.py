@@ -280,7 +280,7 @@ def sync_config(
             setattr(model.config, found.model_count_name, len(layers))
     layout.sync_leading_counts(config, sources)
     for index, (layer, source) in enumerate(zip(layers, sources, strict=True)):
-        for module, name, value in _index_attributes(layer):
+        for module, name, value in index_attributes(layer):
             setattr(module, name, value + index - source)
     sync_slim(layers, config, found.path)
 
@@ -290,7 +290,7 @@ def _stack_count(config, found: Stack) -> int:
     return value[found.stage] if found.stage is not None else value
 
 
-def _index_attributes(layer: nn.Module) -> list[tuple[nn.Module, str, int]]:
+def index_attributes(layer: nn.Module) -> list[tuple[nn.Module, str, int]]:
     """(module, attribute, value) of every integer `LAYER_INDEX_NAMES` attribute in a layer."""
     return [
         (module, name, value)
@@ -301,7 +301,7 @@ def _index_attributes(layer: nn.Module) -> list[tuple[nn.Module, str, int]]:
 
 
 def _layer_index(layer: nn.Module, path: str, position: int) -> int:
-    found = _index_attributes(layer)
+    found = index_attributes(layer)
     if not found:
         raise ValueError(f"layer {position} of {path!r} has no {'/'.join(LAYER_INDEX_NAMES)}; pass sources=")
     return found[0][2]

@@ -149,7 +149,8 @@ def slim_layout(layer: nn.Module) -> SlimLayout:
             return layout
     raise ValueError(
         f"{type(layer).__name__} is laid out as none of theseus_adapters.slim.SLIM_LAYOUTS (BERT's intermediate / "
-        f"output, DistilBERT's ffn, Llama's mlp and self_attn), so heads / intermediate_size cannot prune it"
+        f"output, DistilBERT's ffn, Llama's mlp and self_attn), so it cannot be pruned (heads / intermediate_size) "
+        "nor lose a sublayer"
     )
 
 

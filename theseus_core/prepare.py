@@ -3,6 +3,7 @@ and check the successors. Nothing here mutates the model; every error names the 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from numbers import Integral
@@ -216,6 +217,8 @@ def _build_successor(
 
 def _projection(spec: ModuleSpec, side: str, predecessor: nn.Module, successor: nn.Module) -> nn.Module | None:
     value = getattr(spec, side)
+    if isinstance(value, nn.Module):  # a copy: the spec is inert, and may serve several replacements
+        return copy.deepcopy(value)
     if value != "linear":
         return value
     end = "in" if side == "in_proj" else "out"

@@ -58,7 +58,7 @@ from .distillation import prediction_loss
 from .engine import replace_
 from .latency import latency_clock
 from .registry import SuccessorRegistry
-from .site import primary_output, split_primary
+from .site import PredecessorChain, primary_output, split_primary
 from .spec import ModuleSpec, Plan
 
 Forward = Callable[[nn.Module, Any], torch.Tensor]
@@ -103,6 +103,19 @@ class _Streams:
 
 def _cuda_devices(model: nn.Module) -> list[torch.device]:
     return sorted({p.device for p in model.parameters() if p.device.type == "cuda"}, key=str)
+
+
+class _InPlaceOf(nn.Module):
+    """A candidate where a site's predecessor branch runs (`CandidateLibrary.scores`): it runs the candidate, while
+    what the model reads through the site (`ReplacementSite`'s pass-through: a loop reading its layer's attention
+    type) still reaches the group's first layer, as in training."""
+
+    def __init__(self, candidate: nn.Module, predecessor: PredecessorChain) -> None:
+        super().__init__()
+        self.candidate, self.layers = candidate, predecessor.layers
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.candidate(*args, **kwargs)
 
 
 _KEPT = (_copy_group, None, None)
@@ -342,7 +355,7 @@ class CandidateLibrary:
                     continue
                 site = self._reference.sites[self._site_of[path]]
                 swapped.append((site, site.predecessor))
-                site.predecessor = self.successors[(path, name)].eval()  # the site's predecessor branch runs it
+                site.predecessor = _InPlaceOf(self.successors[(path, name)].eval(), site.predecessor)
             with torch.no_grad():
                 losses = [
                     float(prediction_loss(forward(self.reference, batch), reference))
@@ -591,7 +604,8 @@ class CandidateLibrary:
 
     def plan(self, choice: Choice | Mapping[str, str]) -> Plan:
         """The chosen candidates as a `Plan` for `replace_`: each successor (and its projections) a copy of the
-        candidate as distilled, the library's ``on_finalize`` and ``more_examples`` kept."""
+        candidate as distilled when `replace_` runs (a plan may serve several replacements, each its own copies),
+        the library's ``on_finalize`` and ``more_examples`` kept."""
         chosen = choice.chosen if isinstance(choice, Choice) else dict(choice)
         self._check_choice(chosen)
         specs = []
@@ -601,8 +615,8 @@ class CandidateLibrary:
                 ModuleSpec(
                     path,
                     successor=lambda group, inner=successor.inner: copy.deepcopy(inner),
-                    in_proj=None if successor.in_proj is None else copy.deepcopy(successor.in_proj),
-                    out_proj=None if successor.out_proj is None else copy.deepcopy(successor.out_proj),
+                    in_proj=successor.in_proj,  # `replace_` copies a projection module, as the successor, each time
+                    out_proj=successor.out_proj,
                 )
             )
         return Plan(specs, on_finalize=self.on_finalize, more_examples=self.more_examples)

@@ -51,8 +51,9 @@ class ModuleSpec:
             the type of the group's first module; a string asks it for that
             named alternative (``"mobilenet_v2"``).
         in_proj: Applied to the group's input before the successor, when the
-            successor is narrower (or wider) than the predecessor. A module, or
-            ``"linear"`` to create a learned ``nn.Linear`` (a 1×1 convolution
+            successor is narrower (or wider) than the predecessor. A module
+            (each `replace_` uses a copy of it, as it builds a new successor),
+            or ``"linear"`` to create a learned ``nn.Linear`` (a 1×1 convolution
             when the successor starts with a convolution) from the predecessor's
             input width to the successor's. (default: ``None``)
         out_proj: The same at the group's output, from the successor's output

@@ -287,3 +287,37 @@ def test_a_windowed_decoder_is_searched_and_finalized_on_its_plans_longer_batche
     choice = dict(zip(library.paths, ["keep", "ffn_half"], strict=True))
     finalized = th.replace_(copy.deepcopy(model), library.plan(choice), example_kwargs=inputs).finalize()
     assert finalized.config.num_hidden_layers == 3
+
+
+def tiny_distilbert():
+    torch.manual_seed(0)
+    config = DistilBertConfig(vocab_size=64, dim=32, n_layers=6, n_heads=2, hidden_dim=48)
+    return DistilBertForSequenceClassification(config).eval()
+
+
+@functools.cache
+def distilbert_library():
+    model = tiny_distilbert()
+    found, hook = hf_candidates.candidates(model, hf.plan(model, 4))
+    return model, th.CandidateLibrary(model, found, example_kwargs=batch("bert"), on_finalize=hook)
+
+
+@settings(max_examples=10, deadline=None)
+@given(picks=st.lists(st.integers(0, 10), min_size=4, max_size=4))
+@example(picks=[1, 1, 1, 2])  # skip, skip, skip and one layer
+def test_any_choice_of_a_model_whose_layers_carry_no_index_finalizes_and_reloads(picks):
+    """DistilBERT's layers have no ``layer_idx``: the hook takes each layer's source from the choice itself."""
+    model, library = distilbert_library()
+    choice = {
+        path: (names := library.names(path))[pick % len(names)] for path, pick in zip(library.paths, picks, strict=True)
+    }
+    inputs = batch("bert")
+    finalized = th.replace_(copy.deepcopy(model), library.plan(choice), example_kwargs=inputs).finalize().eval()
+    layers = finalized.distilbert.transformer.layer
+    assert len(layers) == finalized.config.n_layers
+    with tempfile.TemporaryDirectory() as directory:
+        finalized.save_pretrained(directory)
+        reloaded, info = hf.load_pretrained(directory, output_loading_info=True)
+    assert not any(info[kind] for kind in ("missing_keys", "unexpected_keys", "mismatched_keys"))
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded.eval()(**inputs).logits, finalized(**inputs).logits)

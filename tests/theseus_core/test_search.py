@@ -1,6 +1,7 @@
 """theseus_core.search: candidates per group, blockwise distillation, scores, measured costs, an exact solver."""
 
 import copy
+import math
 import time
 
 import pytest
@@ -512,3 +513,47 @@ def test_more_examples_verify_the_library_and_the_model_its_plan_finalizes():
         handle = th.replace_(copy.deepcopy(model), plan, example_inputs=examples)
         with pytest.raises(RuntimeError, match="up to 3 rows"):
             handle.finalize()  # checked on the longer batch too, which this successor cannot run
+
+
+def test_a_plan_serves_several_replacements_each_with_its_own_copies_of_the_candidates_as_distilled_then():
+    model, x = _linear_model(), torch.randn(4, 4)
+    narrow = [th.ModuleSpec("[2:3]", successor=lambda group: nn.Linear(3, 3), in_proj="linear", out_proj="linear")]
+    library = CandidateLibrary(model, {"narrow": narrow}, example_inputs=[(x,)])
+    plan = library.plan({"[2:3]": "narrow"})
+    library.distill_([x], forward, steps=3, lr=0.1)  # after the plan was made: the plan still takes these weights
+    first, second = (th.replace_(copy.deepcopy(model), plan, example_inputs=[(x,)]) for _ in range(2))
+    distilled = library.successors[("[2:3]", "narrow")]
+    for handle in (first, second):
+        successor = handle.sites[0].successor
+        for part in ("inner", "in_proj", "out_proj"):
+            ours, theirs = getattr(successor, part), getattr(distilled, part)
+            assert ours is not theirs
+            assert all(torch.equal(p, q) for p, q in zip(ours.parameters(), theirs.parameters(), strict=True))
+    ids = [{id(p) for p in handle.successor_parameters()} for handle in (first, second)]
+    assert not ids[0] & ids[1]  # training one replacement leaves the other as it was
+
+
+class _ScaledLoop(nn.Module):
+    """A model whose loop reads an attribute of each layer, as transformers' loops read a layer's attention type."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(4, 4) for _ in range(4))
+        for index, layer in enumerate(self.layers):
+            layer.scale = 1.0 + index / 4
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.tanh(layer(x)) * layer.scale
+        return x
+
+
+def test_scores_run_models_that_read_their_layers_attributes_through_the_site():
+    torch.manual_seed(0)
+    model, x = _ScaledLoop().eval(), torch.randn(5, 4)
+    plan = [th.ModuleSpec(path) for path in ("layers[0:1]", "layers[2:3]")]
+    one = [th.ModuleSpec(spec.path, successor=th.copy_module(0)) for spec in plan]
+    library = CandidateLibrary(model, {"skip": skip_specs(plan), "one": one}, example_inputs=[(x,)])
+    scores = library.scores([x], forward)
+    assert scores[("layers[0:1]", KEEP)] == 0 and all(math.isfinite(score) for score in scores.values())
+    assert math.isfinite(library.assembled_score({"layers[0:1]": "skip", "layers[2:3]": "one"}, [x], forward))
