@@ -58,7 +58,7 @@ from .distillation import prediction_loss
 from .engine import replace_
 from .latency import latency_clock
 from .registry import SuccessorRegistry
-from .site import PredecessorChain, primary_output, split_primary
+from .site import primary_output, split_primary
 from .spec import ModuleSpec, Plan
 
 Forward = Callable[[nn.Module, Any], torch.Tensor]
@@ -103,19 +103,6 @@ class _Streams:
 
 def _cuda_devices(model: nn.Module) -> list[torch.device]:
     return sorted({p.device for p in model.parameters() if p.device.type == "cuda"}, key=str)
-
-
-class _InPlaceOf(nn.Module):
-    """A candidate where a site's predecessor branch runs (`CandidateLibrary.scores`): it runs the candidate, while
-    what the model reads through the site (`ReplacementSite`'s pass-through: a loop reading its layer's attention
-    type) still reaches the group's first layer, as in training."""
-
-    def __init__(self, candidate: nn.Module, predecessor: PredecessorChain) -> None:
-        super().__init__()
-        self.candidate, self.layers = candidate, predecessor.layers
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        return self.candidate(*args, **kwargs)
 
 
 _KEPT = (_copy_group, None, None)
@@ -348,22 +335,15 @@ class CandidateLibrary:
         """Minus the mean soft loss of the reference with each group of ``chosen`` running its candidate (the
         sites' predecessor branches swapped for them, then put back)."""
         self.reference.eval()
-        swapped = []
-        try:
+        with contextlib.ExitStack() as running, torch.no_grad():
             for path, name in chosen.items():
-                if name == KEEP:
-                    continue
-                site = self._reference.sites[self._site_of[path]]
-                swapped.append((site, site.predecessor))
-                site.predecessor = _InPlaceOf(self.successors[(path, name)].eval(), site.predecessor)
-            with torch.no_grad():
-                losses = [
-                    float(prediction_loss(forward(self.reference, batch), reference))
-                    for batch, reference in zip(batches, references, strict=True)
-                ]
-        finally:
-            for site, original in reversed(swapped):
-                site.predecessor = original
+                if name != KEEP:
+                    site = self._reference.sites[self._site_of[path]]
+                    running.enter_context(site.running(self.successors[(path, name)].eval()))
+            losses = [
+                float(prediction_loss(forward(self.reference, batch), reference))
+                for batch, reference in zip(batches, references, strict=True)
+            ]
         return -statistics.mean(losses)
 
     def costs(self, batch: Any, forward: Forward, *, rounds: int = 11) -> tuple[dict[tuple[str, str], Cost], Cost]:

@@ -16,8 +16,9 @@ layers return tuples).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -325,6 +326,19 @@ class ReplacementSite(PassThrough):
         predecessor = modules.get("predecessor")
         return None if predecessor is None else predecessor.layers[0]
 
+    @contextlib.contextmanager
+    def running(self, module: nn.Module) -> Iterator[None]:
+        """Within: the site's predecessor branch runs ``module`` (a candidate, the site's own successor) instead of
+        the group, while what the model reads through the site still reaches the group's first module. With the
+        handle's eval route on ``"predecessor"``, one site runs ``module`` in an otherwise original model: what
+        scores a single successor."""
+        group = self.predecessor
+        self.predecessor = _InPlaceOf(module, group)
+        try:
+            yield
+        finally:
+            self.predecessor = group
+
     def train(self, mode: bool = True) -> ReplacementSite:
         super().train(mode)
         if self._predecessor_eval:
@@ -342,6 +356,18 @@ class ReplacementSite(PassThrough):
 
     def extra_repr(self) -> str:
         return f"path={self.path!r}"
+
+
+class _InPlaceOf(nn.Module):
+    """`ReplacementSite.running`'s stand-in for the group: runs ``module``, and keeps the group's ``layers`` for the
+    site's pass-through."""
+
+    def __init__(self, module: nn.Module, group: PredecessorChain) -> None:
+        super().__init__()
+        self.module, self.layers = module, group.layers
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.module(*args, **kwargs)
 
 
 def _keep_sites_out_of_graphs() -> None:

@@ -13,7 +13,7 @@ from torch import nn
 import theseus_core as th
 from theseus_core.testing import ToyBlock, ToyStack
 
-from .test_engine import ReadsItsFirstBlock
+from .test_engine import ReadsItsFirstBlock, fresh_block
 
 
 def projected():
@@ -138,3 +138,24 @@ def test_a_compiled_model_reads_through_sites_and_projections():
         if isinstance(model.blocks[0], th.ReplacementSite):
             theseus.finalize()
     assert isinstance(model.blocks[0], th.Projected) and model.blocks[0].gain == 2.0
+
+
+def test_a_site_running_a_module_runs_it_alone_and_still_passes_reads_to_its_group():
+    """`ReplacementSite.running`: the site's predecessor branch runs the module (with the eval route on
+    "predecessor", one site runs it in an otherwise original model); reads through the site still reach the group's
+    first block, and the group is back afterwards."""
+    torch.manual_seed(0)
+    model, x = ReadsItsFirstBlock().eval(), torch.randn(3, 8)
+    expected = model(x)
+    theseus = th.replace_(model, [th.ModuleSpec("blocks[0:2]", fresh_block(gain=None))], example_inputs=[(x,)])
+    theseus.eval_route = "predecessor"
+    site, group = theseus.sites[0], theseus.sites[0].predecessor
+    with torch.no_grad():
+        successor_out = site.successor(x)
+        for block in list(model.blocks)[1:]:
+            successor_out = block(successor_out)
+        with site.running(site.successor):
+            assert site.gain == 2.0  # the group's first block's attribute, which the successor does not have
+            torch.testing.assert_close(model(x), successor_out * 2.0)
+    assert site.predecessor is group
+    torch.testing.assert_close(model(x), expected)

@@ -45,13 +45,12 @@ ANALYSES = ("sensitivity", "schedules", "budget")
 def only_successor(theseus: th.Theseus, index: int) -> Iterator[None]:
     """In eval mode, site ``index`` runs its successor and every other site its predecessor group."""
     site = theseus.sites[index]
-    route, predecessor = theseus.eval_route, site.predecessor
+    route = theseus.eval_route
     theseus.eval_route = "predecessor"
-    site.predecessor = site.successor  # the site's predecessor branch now runs the successor
     try:
-        yield
+        with site.running(site.successor):
+            yield
     finally:
-        site.predecessor = predecessor
         theseus.eval_route = route
 
 
