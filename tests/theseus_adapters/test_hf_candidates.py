@@ -33,17 +33,21 @@ UNIFORM = ("keep", "skip", "one")
 """The candidates whose every choice keeps the layers of one shape: plain transformers reloads it."""
 
 
-def tiny_llama():
-    config = LlamaConfig(
+def tiny_decoder(config_class=LlamaConfig, model_class=LlamaForCausalLM, layers=6, **extra):
+    config = config_class(
         vocab_size=64,
         hidden_size=32,
         intermediate_size=64,
-        num_hidden_layers=6,
+        num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
-        tie_word_embeddings=True,
+        **extra,
     )
-    return LlamaForCausalLM(config).eval()
+    return model_class(config).eval()
+
+
+def tiny_llama():
+    return tiny_decoder(tie_word_embeddings=True)
 
 
 def tiny_bert():
@@ -267,16 +271,7 @@ def test_a_windowed_decoder_is_searched_and_finalized_on_its_plans_longer_batche
     from transformers import MistralConfig, MistralForCausalLM
 
     torch.manual_seed(0)
-    config = MistralConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        sliding_window=4,
-    )
-    model = MistralForCausalLM(config).eval()
+    model = tiny_decoder(MistralConfig, MistralForCausalLM, layers=4, sliding_window=4)
     base = hf.plan(model, 2)
     inputs = {"input_ids": torch.randint(0, 64, (1, 3)), "use_cache": False}
     with pytest.raises(ValueError, match="window"):
