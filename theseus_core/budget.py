@@ -83,7 +83,7 @@ def measured_choice(
     ``assessed`` score."""
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds!r}")
-    given, trail, measured = float(budget), [], {}
+    given, trail, measured = max(float(budget), floor), [], {}  # below the floor: the cheapest choice first
     made: list[Choice] = []  # the trail's choices, in its order
 
     def add(choice: Choice, given: float | None) -> float:

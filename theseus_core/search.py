@@ -52,7 +52,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .budget import Choice, Cost, measured_choice, solve
+from .budget import BELOW_ONE, Choice, Cost, measured_choice, solve
 from .candidates import _copy_group, keep_specs
 from .distillation import prediction_loss
 from .engine import replace_
@@ -109,6 +109,11 @@ _KEPT = (_copy_group, None, None)
 """A `keep_specs` spec's successor and projections."""
 _REFUSALS = (ValueError, TypeError, RuntimeError)
 """What `replace_` raises for a candidate it refuses (`CandidateLibrary`)."""
+
+
+def _check_range(budget: Any, kind: str) -> None:
+    if not (isinstance(budget, (int, float)) and 0 < budget < 1):
+        raise ValueError(f"a budget is a fraction of the predecessor's {kind} in (0, 1), got {budget!r}")
 
 
 class CandidateLibrary:
@@ -385,8 +390,7 @@ class CandidateLibrary:
         cheapest of every group, with the rest of the model) exceed, or one that only choices without a parameter
         to train fit (every group skipped: the successors would have nothing to learn); solves nothing. `choose`
         refuses by it."""
-        if not (isinstance(budget, (int, float)) and 0 < budget < 1):
-            raise ValueError(f"a budget is a fraction of the predecessor's {kind} in (0, 1), got {budget!r}")
+        _check_range(budget, kind)
         names, table, total = self._table(costs, kind)
         cheapest = costs[1].of(kind) + sum(min(row) for row in table)
         if cheapest > budget * total:
@@ -478,6 +482,12 @@ class CandidateLibrary:
         score = sum(row[index] for row, index in zip(values, picked, strict=True))
         return Choice(chosen, kind, float(budget), limit, (rest + used) / total, score)
 
+    def cheapest(self, costs: tuple[Mapping[tuple[str, str], Cost], Cost], kind: str = "latency") -> Choice:
+        """The choice of least summed cost that keeps a candidate with parameters to train: what a latency budget
+        below it by the costs is measured against (candidates timed alone need not add up: `choose_measured`)."""
+        negated = {key: -costs[0][key].of(kind) for key in self.successors}
+        return self.choose(negated, costs, BELOW_ONE, kind)
+
     def choose_measured(
         self,
         scores: Mapping[tuple[str, str], float],
@@ -495,13 +505,15 @@ class CandidateLibrary:
         (a small layer's fixed overhead, work that overlaps), so each choice is assembled and measured
         (``measure(chosen)``: the whole model's cost as a fraction of the predecessor's; ``inf`` for one that does
         not assemble), and the budget given to the solver is searched for the largest whose choice measures within
-        ``budget``: from ``budget``, corrected by the last choice's predicted over measured ratio while every choice
-        so far measured on one side of the budget (never below what the cheapest candidates are predicted to
-        cost), then halving the interval between the largest given budget that measured within and the smallest
-        that measured over, until it is narrower than ``tolerance``, the measurement leaves no more room, the
-        cheapest choice measured over, or ``rounds`` solver calls are made. A choice met again is not measured
-        again. ``also``: choices to measure beside the solver's (e.g. `uniform_choices`); one without a parameter to
-        train (every group skipped) is left out, as `choose` leaves it out.
+        ``budget``: from ``budget`` (from the cheapest choice with a parameter to train, `cheapest`, when ``budget``
+        is below what it is predicted to cost: assembled, it may measure less), corrected by the last choice's
+        predicted over measured ratio while every choice so far measured on one side of the budget (never below
+        what the cheapest choice is predicted to cost), then halving the interval between the largest given budget
+        that measured within and the smallest that measured over, until it is narrower than ``tolerance``, the
+        measurement leaves no more room, the cheapest choice measured over, or ``rounds`` solver calls are made. A
+        choice met again is not measured again. ``also``: choices to measure beside the solver's (e.g.
+        `uniform_choices`); one without a parameter to train (every group skipped) is left out, as `choose` leaves
+        it out.
 
         Scores taken one group at a time need not add up either (a GCN whose every layer stops propagating loses
         its receptive field, which no single group shows): with ``assess`` (e.g. `assembled_score` on held-out
@@ -511,23 +523,24 @@ class CandidateLibrary:
         Returns the best choice measured within ``budget`` (none within: the one measured cheapest; its
         `Choice.predicted_ratio` may then exceed ``budget``, and the trail says so), and the trail (one entry per
         solver call, then per alternative: the budget given, the choice, its predicted and measured ratios, its
-        summed score and, assessed, its ``assessed`` score; `theseus_core.budget.measured_choice`). Refuses, like
-        `choose`, before measuring anything; an exact prediction measures one choice.
+        summed score and, assessed, its ``assessed`` score; `theseus_core.budget.measured_choice`). Refuses before
+        measuring anything what it cannot search: under ``kind="params"`` what `choose` refuses (parameters add
+        up); under ``"latency"`` a budget outside (0, 1). An exact prediction measures one choice.
 
         Raises:
-            ValueError: A budget outside (0, 1) or below the cheapest candidates, or an ``also`` choice that does not
-                name a candidate of this library for every group (before any measurement); or no choice
-                assembled (every measurement ``inf``).
+            ValueError: A budget outside (0, 1), a params budget below the cheapest candidates, or an ``also`` choice
+                that does not name a candidate of this library for every group (before any measurement); or no
+                choice assembled (every measurement ``inf``).
         """
-        self.check_budget(costs, budget, kind)
+        if kind == "latency":  # below the cheapest choice by the costs, that choice may still measure within
+            _check_range(budget, kind)
+        else:
+            self.check_budget(costs, budget, kind)
         self._check_entries("scores", scores)
         alternatives = [self.priced(chosen, scores, costs, kind) for chosen in also]
         # like the solver's, an alternative keeps a candidate with parameters to train (every group skipped does not)
         alternatives = [a for a in alternatives if any(costs[0][key].params > 0 for key in a.chosen.items())]
-        names, table, total = self._table(costs, kind)  # the floor: the cheapest choice with parameters to train
-        cheapest = costs[1].of(kind) + sum(min(row) for row in table)
-        trained = cheapest + min(self._trainable_premiums(costs[0], names, table))
-        floor = min(trained / total * (1 + 1e-9), budget)
+        floor = min(self.cheapest(costs, kind).predicted_ratio * (1 + 1e-9), BELOW_ONE)  # what the solver is given
         return measured_choice(
             lambda given: self.choose(scores, costs, given, kind),  # given stays in [floor, 1): the solver finds one
             measure,

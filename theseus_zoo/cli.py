@@ -43,6 +43,7 @@ from .data.assets import fetch as fetch_asset
 from .errors import ONE_LINE_ERRORS
 from .methods import METHODS, split_methods
 from .recipes import Phase, Recipe, get_recipe, list_recipes, load_overrides
+from .recipes.recipe import BUDGET_KINDS
 
 DISTRIBUTION = "theseus-compression"
 
@@ -100,7 +101,8 @@ def _parser() -> argparse.ArgumentParser:
     compress.add_argument(
         "--budget",
         help="search a successor per group so that the model costs at most this fraction of the predecessor's "
-        "measured latency or parameters: latency=0.5 or params=0.3 (optional ,steps=N of blockwise distillation)",
+        "measured latency or parameters: latency=0.5 or params=0.3 (optional ,steps=N and ,lr=X of the blockwise "
+        "distillation; over a config's budget, whose steps and lr it keeps unless it gives its own)",
     )
     sweep.add_argument("--grid", action="append", default=[], help="FIELD=V1,V2,... (repeatable; FIELD may be dotted)")
     sweep.add_argument("--paper-grid", action="store_true", help="BERT-of-Theseus' grid: lr, basic rate b, steps to 1")
@@ -120,8 +122,10 @@ def _recipe(args: argparse.Namespace) -> Recipe:
         overrides["steps_to_one"] = args.steps_to_one
     if getattr(args, "methods", None) is not None:  # compress only
         overrides["methods"] = split_methods(args.methods)
-    if getattr(args, "budget", None) is not None:
-        overrides["budget"] = parse_budget(args.budget)
+    if getattr(args, "budget", None) is not None:  # the flag's fields over the config's; its kind replaces theirs
+        given = overrides.get("budget")
+        kept = {k: v for k, v in given.items() if k not in (*BUDGET_KINDS, "macs")} if isinstance(given, dict) else {}
+        overrides["budget"] = {**kept, **parse_budget(args.budget)}
     recipe = get_recipe(args.recipe)
     try:
         return recipe.with_overrides(overrides)
@@ -174,6 +178,8 @@ def parse_budget(text: str) -> dict[str, float]:
             number = None
         if not equals or number is None:
             raise ValueError(f"--budget takes kind=fraction, e.g. latency=0.5 or params=0.3, got {item!r}")
+        if key.strip() in budget:
+            raise ValueError(f"--budget gives {key.strip()}= twice: {text!r}")
         budget[key.strip()] = int(number) if key.strip() == "steps" and number.is_integer() else number
     return budget
 
@@ -373,7 +379,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     if run.main:
         print((out / "report.md").read_text())
-        print(f"report, curves.png, metrics.jsonl and the exported model are in {out}")
+        plots = "curves.png, search.png" if (out / "search.png").exists() else "curves.png"
+        print(f"report, {plots}, metrics.jsonl and the exported model are in {out}")
     _leave_together()
     return 0
 

@@ -557,3 +557,31 @@ def test_scores_run_models_that_read_their_layers_attributes_through_the_site():
     scores = library.scores([x], forward)
     assert scores[("layers[0:1]", KEEP)] == 0 and all(math.isfinite(score) for score in scores.values())
     assert math.isfinite(library.assembled_score({"layers[0:1]": "skip", "layers[2:3]": "one"}, [x], forward))
+
+
+@pytest.mark.parametrize("factor", [0.5, 2.0])
+def test_a_latency_budget_below_the_cheapest_prediction_is_measured_from_the_cheapest_choice(setup_once, factor):
+    """Candidates timed alone may over-predict the assembled model: a latency budget below the cheapest choice's
+    prediction is not refused; the cheapest choice is measured first, and what fits by measurement is taken (none
+    fits: the cheapest measured, not within its budget)."""
+    library, scores, costs = setup_once
+    cheapest = library.cheapest(costs, "latency")
+    assert any(costs[0][key].params > 0 for key in cheapest.chosen.items())
+    budget = cheapest.predicted_ratio * 0.8
+    with pytest.raises(ValueError, match=r"below what the cheapest|fits only choices"):
+        library.choose(scores, costs, budget, "latency")  # by the costs alone: refused
+    predicted = {}
+
+    def measure(chosen):
+        predicted[tuple(sorted(chosen.items()))] = ratio = library.priced(
+            chosen, scores, costs, "latency"
+        ).predicted_ratio
+        return factor * ratio
+
+    choice, trail = library.choose_measured(scores, costs, budget, measure, "latency")
+    assert trail[0]["chosen"] == cheapest.chosen
+    assert choice.within_budget == (factor < 1)
+    if factor < 1:
+        assert choice.measured_ratio <= budget
+    else:
+        assert choice.chosen == cheapest.chosen and choice.measured_ratio > budget

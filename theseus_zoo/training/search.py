@@ -105,6 +105,7 @@ def plot_search(search: dict[str, Any], png: Path) -> None:
         return point.get(measured, point["predicted_ratio"] if kind != "latency" else None)
 
     figure, axis = plt.subplots(figsize=(6, 4))
+    axis.axvline(search["budget"][kind], linestyle="--", color="grey", linewidth=1, label="budget")
     points = [p for p in search["frontier"] if x(p) is not None]
     axis.plot([x(p) for p in points], [p["score"] for p in points], "o-", label="searched")
     if kind == "latency":
@@ -189,11 +190,25 @@ class BudgetSearch:
 
         Measured latency needs every candidate built and run on its group's real input, and which candidates exist
         is what `replace_` verifies (one it refuses must not count as the cheapest), so this builds the
-        `CandidateLibrary`, and nothing more: one batch collated (`cost_batch`), nothing distilled, scored or
-        solved (`CandidateLibrary.check_budget`)."""
+        `CandidateLibrary`, and nothing more: one batch collated (`cost_batch`), nothing distilled or scored
+        (`CandidateLibrary.check_budget`). Candidates timed alone may over-predict the assembled model, so a
+        latency budget below the cheapest choice by their times is refused only when that choice, assembled
+        (`measure`), measures over it too: `run` then searches from it (`CandidateLibrary.choose_measured`)."""
         library = self.library(predecessor)
         costs = library.costs(self.cost_batch(), self.task.logits)
-        library.check_budget(costs, self.fraction, self.kind)
+        try:
+            library.check_budget(costs, self.fraction, self.kind)
+        except ValueError as predicted:
+            if self.kind != "latency" or not 0 < self.fraction < 1:
+                raise
+            cheapest = library.cheapest(costs, self.kind)
+            (cost,) = self.measure(predecessor, [cheapest.chosen], library)
+            measured = cost.get("measured_latency_ratio", float("inf"))
+            if not measured <= self.fraction:
+                raise ValueError(
+                    f"{predicted}; assembled, the cheapest choice with a parameter to train measures "
+                    f"{measured:.3f} of it"
+                ) from None
         return costs
 
     def measure(

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from theseus_zoo.training.report import markdown_report, paired_comparisons
+from theseus_zoo.training.report import markdown_report, paired_comparisons, search_lines
 from theseus_zoo.training.stats import bootstrap_interval, bootstrap_standard_error
 
 
@@ -104,3 +104,30 @@ def test_the_markdown_is_the_same_from_a_typed_report_and_from_its_json():
     }
     assert markdown_report(Report.from_dict(data)) == markdown_report(data)
     assert "predecessor ±0.0200, theseus ±0.0100" in markdown_report(data)
+
+
+@pytest.mark.parametrize(("exported", "over"), [(0.517, True), (0.49, False)])
+def test_the_search_account_says_when_the_exported_model_measures_over_its_budget_and_shows_the_plot(exported, over):
+    search = {
+        "budget": {"latency": 0.5},
+        "steps": 10,
+        "predicted_ratio": 0.55,
+        "params_ratio": 0.4,
+        "measured_latency_ratio": exported,
+        "within_budget": True,
+        "chosen": {"blocks[0:2]": "one"},
+        "candidates": {"blocks[0:2]": {"one": {"score": -0.1, "latency": 1e-3, "params": 100}}},
+        "measured_choices": [
+            {
+                "budget_given": 0.5,
+                "predicted_ratio": 0.55,
+                "measured_ratio": 0.497,
+                "score": -0.1,
+                "chosen": {"blocks[0:2]": "one"},
+            }
+        ],
+    }
+    text = search_lines(search)
+    assert "0.497 measured once assembled" in text and f"exported model {exported:.3f}" in text
+    assert ("over the budget by 0.017" in text) == over
+    assert "![the solver's choices at several budgets](search.png)" in text

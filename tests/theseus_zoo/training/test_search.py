@@ -53,6 +53,7 @@ def test_a_budget_searches_the_successors_theseus_trains_and_exports(tmp_path, m
         (["--budget", "params=0.01"], "below what the cheapest candidates reach"),
         (["--budget", "macs=0.5"], "a macs budget is not measured yet"),
         (["--budget", "params=0.5", "--methods", "truncated,kd"], "this run trains no Theseus variant"),
+        (["--budget", "latency=0.5,latency=0.3"], "--budget gives latency= twice"),
     ],
 )
 def test_an_impossible_budget_is_refused_in_one_line_before_any_work(
@@ -66,6 +67,23 @@ def test_an_impossible_budget_is_refused_in_one_line_before_any_work(
     error = capsys.readouterr().err
     assert message in error and len(error.strip().splitlines()) == 1
     assert not (tmp_path / "run").exists()  # nothing written, not even the directory
+
+
+def test_the_budget_flag_overrides_the_configs_budget_field_by_field(tmp_path):
+    """The flag's kind replaces the config's (a budget names one), and the config's steps and lr stay unless the
+    flag gives its own."""
+    import argparse
+
+    config = tmp_path / "budget.json"
+    config.write_text(json.dumps({"budget": {"params": 0.3, "steps": 7, "lr": 0.01}}))
+
+    def recipe(flag):
+        args = argparse.Namespace(recipe="toy", config=config, seed=None, steps_to_one=None, methods=None, budget=flag)
+        return cli._recipe(args).budget
+
+    assert recipe(None) == {"params": 0.3, "steps": 7, "lr": 0.01}
+    assert recipe("latency=0.5") == {"latency": 0.5, "steps": 7, "lr": 0.01}
+    assert recipe("params=0.4,steps=20") == {"params": 0.4, "steps": 20, "lr": 0.01}
 
 
 def test_a_family_that_offers_no_candidates_is_refused_in_one_line():
@@ -120,6 +138,35 @@ def test_the_check_builds_the_candidates_once_and_nothing_else(monkeypatch):
     per_key, rest = search.BudgetSearch(task, recipe, torch.device("cpu")).check(task.build_predecessor())
     assert built == [1] and 0 < len(reads) <= recipe.replacing.batch_size
     assert {name for _, name in per_key} >= {"keep", "skip"} and rest.params > 0
+
+
+@pytest.mark.parametrize("measured", [0.005, 0.02])
+def test_a_latency_budget_below_the_predicted_cheapest_is_refused_only_if_the_cheapest_measures_over(
+    monkeypatch, measured
+):
+    """Candidates timed alone over-predict small models: the check assembles and measures the cheapest choice with
+    a parameter to train before refusing, and lets through a budget it measures within."""
+    from theseus_zoo.recipes import get_recipe
+    from theseus_zoo.tasks import build_task
+    from theseus_zoo.training.search import BudgetSearch
+
+    recipe = get_recipe("toy").with_overrides({"budget": {"latency": 0.01}})
+    task = build_task("toy", {}, 0)
+    asked = []
+
+    def measure(self, predecessor, choices, library=None):
+        asked.append(choices)
+        return [{"measured_latency_ratio": measured, "params_ratio": 0.5} for _ in choices]
+
+    monkeypatch.setattr(BudgetSearch, "measure", measure)
+    search = BudgetSearch(task, recipe, torch.device("cpu"))
+    if measured < 0.01:
+        search.check(task.build_predecessor())
+    else:
+        with pytest.raises(ValueError, match=r"below what the cheapest .*measures 0\.020 of it") as refused:
+            search.check(task.build_predecessor())
+        assert "\n" not in str(refused.value)
+    assert len(asked) == 1 and len(asked[0]) == 1 and "skip" in asked[0][0].values()  # the cheapest: skips
 
 
 def searched(tmp_path, recipe, steps, *args):
