@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .budget import solve
     from .candidates import Kept, Skip, keep_specs, skip_specs, splice_
+    from .costs import latency_clock, multiply_adds
     from .engine import Theseus, replace_
-    from .latency import latency_clock
     from .planning import copy_module, even_group_sizes, group_sizes_for, plan
     from .prepare import register_example_check
     from .registry import (
@@ -51,7 +51,7 @@ _MODULES = {
     "budget": ("solve",),
     "search": ("CandidateLibrary",),
     "candidates": ("Kept", "Skip", "keep_specs", "skip_specs", "splice_"),
-    "latency": ("latency_clock",),
+    "costs": ("latency_clock", "multiply_adds"),
     "site": ("PredecessorChain", "Projected", "ReplacementSite", "primary_output", "split_primary"),
     "spec": ("ModuleSpec", "Plan"),
     "verify": ("VerificationError",),
@@ -81,6 +81,7 @@ __all__ = [
     "keep_specs",
     "latency_clock",
     "list_successors",
+    "multiply_adds",
     "plan",
     "primary_output",
     "register_example_check",

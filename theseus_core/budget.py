@@ -20,17 +20,26 @@ BELOW_ONE = 1 - 1e-9
 """The largest budget `measured_choice` gives the solver (a budget is a fraction in (0, 1))."""
 
 
+KINDS = ("latency", "params", "macs")
+"""What a budget may limit: measured latency, parameters, multiply-adds (`theseus_core.costs.multiply_adds`)."""
+
+
 @dataclass(frozen=True)
 class Cost:
-    """A candidate's measured cost: median ``latency`` in seconds on its group's input, and ``params``."""
+    """A candidate's measured cost: median ``latency`` in seconds on its group's input, ``params``, and the
+    multiply-adds of one call on that input (``macs``; ``None`` where not counted)."""
 
     latency: float
     params: int
+    macs: int | None = None
 
     def of(self, kind: str) -> float:
-        if kind not in ("latency", "params"):
-            raise ValueError(f"a budget is on 'latency' or 'params', got {kind!r}")
-        return float(getattr(self, kind))
+        if kind not in KINDS:
+            raise ValueError(f"a budget is on one of {', '.join(map(repr, KINDS))}, got {kind!r}")
+        value = getattr(self, kind)
+        if value is None:
+            raise ValueError(f"these costs have no {kind} (not counted when they were measured)")
+        return float(value)
 
 
 @dataclass(frozen=True)

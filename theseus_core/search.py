@@ -54,9 +54,9 @@ from torch import nn
 
 from .budget import BELOW_ONE, Choice, Cost, measured_choice, solve
 from .candidates import _copy_group, keep_specs
+from .costs import latency_clock, multiply_adds
 from .distillation import prediction_loss
 from .engine import replace_
-from .latency import latency_clock
 from .registry import SuccessorRegistry
 from .site import primary_output, split_primary
 from .spec import ModuleSpec, Plan
@@ -355,9 +355,13 @@ class CandidateLibrary:
         """Each candidate's measured cost on its group's real input from ``batch`` (eval mode, no gradient; rounds
         interleaved across candidates, the first dropped, the median kept), and the cost of the model outside the
         groups: the median over rounds of the reference's latency minus its groups' (``keep``) in the same round
-        (so that a load that comes and goes between rounds cancels), its parameters outside them. Times are read
-        with `latency_clock` on the device of the reference's parameters."""
+        (so that a load that comes and goes between rounds cancels), its parameters outside them, and its
+        multiply-adds on ``batch`` minus its groups'. Times are read with `latency_clock` on the device of the
+        reference's parameters; multiply-adds are counted once (`multiply_adds`: exact, they add up)."""
         _, calls = self.record(batch, forward)
+        with torch.no_grad():
+            macs = {key: multiply_adds(lambda key=key: self._run(key, calls[key[0]])) for key in self.successors}
+            whole_macs = multiply_adds(lambda: forward(self.reference, batch))
         timed = latency_clock(next(self.reference.parameters()).device)
         timings: dict[tuple[str, str], list[float]] = {key: [] for key in self.successors}
         whole: list[float] = []
@@ -371,7 +375,7 @@ class CandidateLibrary:
                 if round_index:
                     whole.append(seconds)
         costs = {
-            key: Cost(statistics.median(values), sum(p.numel() for p in self.successors[key].parameters()))
+            key: Cost(statistics.median(values), sum(p.numel() for p in self.successors[key].parameters()), macs[key])
             for key, values in timings.items()
         }
         inside = {id(p) for site in self._reference.sites for p in site.parameters()}  # groups and keep copies
@@ -379,7 +383,8 @@ class CandidateLibrary:
         per_round = [
             total - sum(timings[(path, KEEP)][index] for path in self.paths) for index, total in enumerate(whole)
         ]
-        rest = Cost(max(0.0, statistics.median(per_round)), outside)
+        inner_macs = sum(macs[(path, KEEP)] for path in self.paths)
+        rest = Cost(max(0.0, statistics.median(per_round)), outside, max(0, whole_macs - inner_macs))
         return costs, rest
 
     # ------------------------------------------------------------------------------------------------ 4. choose

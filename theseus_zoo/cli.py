@@ -101,7 +101,8 @@ def _parser() -> argparse.ArgumentParser:
     compress.add_argument(
         "--budget",
         help="search a successor per group so that the model costs at most this fraction of the predecessor's "
-        "measured latency or parameters: latency=0.5 or params=0.3 (optional ,steps=N and ,lr=X of the blockwise "
+        "measured latency, parameters or multiply-adds: latency=0.5, params=0.3 or macs=0.3 (optional ,steps=N and "
+        ",lr=X of the blockwise "
         "distillation; over a config's budget, whose steps and lr it keeps unless it gives its own)",
     )
     sweep.add_argument("--grid", action="append", default=[], help="FIELD=V1,V2,... (repeatable; FIELD may be dotted)")
@@ -124,7 +125,7 @@ def _recipe(args: argparse.Namespace) -> Recipe:
         overrides["methods"] = split_methods(args.methods)
     if getattr(args, "budget", None) is not None:  # the flag's fields over the config's; its kind replaces theirs
         given = overrides.get("budget")
-        kept = {k: v for k, v in given.items() if k not in (*BUDGET_KINDS, "macs")} if isinstance(given, dict) else {}
+        kept = {k: v for k, v in given.items() if k not in BUDGET_KINDS} if isinstance(given, dict) else {}
         overrides["budget"] = {**kept, **parse_budget(args.budget)}
     recipe = get_recipe(args.recipe)
     try:

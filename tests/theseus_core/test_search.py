@@ -585,3 +585,17 @@ def test_a_latency_budget_below_the_cheapest_prediction_is_measured_from_the_che
         assert choice.measured_ratio <= budget
     else:
         assert choice.chosen == cheapest.chosen and choice.measured_ratio > budget
+
+
+def test_multiply_adds_of_the_candidates_and_the_rest_add_up_to_the_model(setup):
+    """Counted, not timed: the groups' own (``keep``) and the rest sum to the predecessor's multiply-adds, and a
+    choice's predicted ratio is what its assembled model counts."""
+    model, library, batches = setup
+    costs = library.costs(batches[0], forward, rounds=1)
+    per_key, rest = costs
+    whole = th.multiply_adds(lambda: model(batches[0]))
+    assert rest.macs + sum(per_key[(path, KEEP)].macs for path in GROUPS) == whole
+    assert per_key[(GROUPS[0], "skip")].macs == 0 and per_key[(GROUPS[0], "one")].macs > 0
+    choice = library.choose({key: 0.0 for key in library.successors}, costs, 0.7, "macs")
+    compact = th.replace_(copy.deepcopy(model), library.plan(choice), example_inputs=[(batches[0],)]).finalize()
+    assert th.multiply_adds(lambda: compact(batches[0])) / whole == pytest.approx(choice.predicted_ratio, rel=1e-9)

@@ -22,7 +22,7 @@ from . import stats
 from .methods import to_device
 from .results import REPORT, ModelResult, Report
 from .search import measure_frontier, plot_search
-from .timing import latency_ratio
+from .timing import latency_ratio, macs_ratio
 
 if TYPE_CHECKING:
     from .session import Session
@@ -79,6 +79,7 @@ def search_lines(search: dict[str, Any]) -> str:
             else ""
         )
         + f", parameters ratio {search['params_ratio']:.3f}"
+        + (f", multiply-adds ratio {search['macs_ratio']:.3f}" if search.get("macs_ratio") is not None else "")
         + (f", measured latency ratio of the exported model {measured:.3f}." if measured is not None else ".")
         + (
             f" Measured again as exported, the model is over the budget by {measured - fraction:.3f}: latency read "
@@ -87,12 +88,15 @@ def search_lines(search: dict[str, Any]) -> str:
             else ""
         ),
         "",
-        "| group | chosen | score | latency (ms) | parameters |",
-        "|---|---|---|---|---|",
+        "| group | chosen | score | latency (ms) | parameters | multiply-adds |",
+        "|---|---|---|---|---|---|",
     ]
     for path, name in search["chosen"].items():
         entry = search["candidates"][path][name]
-        lines.append(f"| {path} | {name} | {entry['score']:.4f} | {entry['latency'] * 1e3:.2f} | {entry['params']:,} |")
+        macs = f"{entry['macs']:,}" if entry.get("macs") is not None else ""
+        lines.append(
+            f"| {path} | {name} | {entry['score']:.4f} | {entry['latency'] * 1e3:.2f} | {entry['params']:,} | {macs} |"
+        )
     if trail:
 
         def step(entry: dict[str, Any]) -> str:
@@ -242,7 +246,17 @@ def write_report(session: Session, models: dict[str, nn.Module], compact: nn.Mod
     if session.state.search is not None and "theseus" in report.models:  # what the searched model costs, measured
         parameters = report.models["theseus"].parameters / report.models["predecessor"].parameters
         measured = 1 / report.speedup if compact is models["theseus"] and report.speedup else None
-        report.search = {**session.state.search, "params_ratio": parameters, "measured_latency_ratio": measured}
+        report.search = {
+            **session.state.search,
+            "params_ratio": parameters,
+            "macs_ratio": macs_ratio(
+                task.forward,
+                models["predecessor"],
+                models["theseus"],
+                to_device(task.latency_batch(), session.accelerator.device),
+            ),
+            "measured_latency_ratio": measured,
+        }
         try:  # a finished run's report is not lost for a plot's measurements
             report.search = measure_frontier(
                 report.search, task, recipe, models["predecessor"], session.accelerator.device

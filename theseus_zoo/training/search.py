@@ -35,7 +35,7 @@ from ..tasks import Task
 from ..tasks.protocols import ExampleInputs, OffersCandidates
 from .data_order import DataOrder, labelled_split
 from .methods import replace_options, to_device
-from .timing import latency_ratio
+from .timing import latency_ratio, macs_ratio
 
 SCORE_BATCHES = 2
 """Batches at the end of the training split that score the candidates; the distillation never sees them."""
@@ -99,7 +99,7 @@ def plot_search(search: dict[str, Any], png: Path) -> None:
     import matplotlib.pyplot as plt
 
     (kind,) = search["budget"]
-    measured = "measured_latency_ratio" if kind == "latency" else "params_ratio"
+    measured = {"latency": "measured_latency_ratio", "params": "params_ratio", "macs": "macs_ratio"}[kind]
 
     def x(point: dict[str, Any]) -> float | None:
         return point.get(measured, point["predicted_ratio"] if kind != "latency" else None)
@@ -215,11 +215,12 @@ class BudgetSearch:
         self, predecessor: nn.Module, choices: list[dict[str, str]], library: CandidateLibrary | None = None
     ) -> list[dict[str, Any]]:
         """What each choice costs once assembled, as the run assembles its own (the family's preparation,
-        `replace_` with the library's plan, `finalize`), against ``predecessor``: ``params_ratio`` (exact) and
-        ``measured_latency_ratio`` (`timing.latency_ratio` on `Task.latency_batch`, eager). Weights do not change
-        what an architecture costs, so the candidates are assembled as built, undistilled; the run's random
-        streams are left as they were. A choice that does not assemble gets ``{"refused": reason}``; a choice met
-        twice is assembled once. ``library``: the candidates to assemble from (default: built afresh)."""
+        `replace_` with the library's plan, `finalize`), against ``predecessor``: ``params_ratio`` and
+        ``macs_ratio`` (exact: `theseus_core.multiply_adds`) and ``measured_latency_ratio`` (`timing.latency_ratio`),
+        both on `Task.latency_batch`, eager. Weights do not change what an architecture costs, so the candidates are
+        assembled as built, undistilled; the run's random streams are left as they were. A choice that does not
+        assemble gets ``{"refused": reason}``; a choice met twice is assembled once. ``library``: the candidates to
+        assemble from (default: built afresh)."""
         batch = to_device(self.task.latency_batch(), self.device)
         options = replace_options(self.task, self.device)
         total = sum(p.numel() for p in predecessor.parameters())
@@ -239,6 +240,7 @@ class BudgetSearch:
                     continue
                 measured[key] = {
                     "params_ratio": sum(p.numel() for p in compact.parameters()) / total,
+                    "macs_ratio": macs_ratio(self.task.forward, predecessor, compact, batch),
                     "measured_latency_ratio": latency_ratio(
                         self.task.forward, predecessor, compact, batch, self.device
                     ),
@@ -298,7 +300,7 @@ class BudgetSearch:
                     f"trained",
                     file=sys.stderr,
                 )
-        else:  # parameters add up exactly
+        else:  # parameters and multiply-adds add up exactly
             choice, within = library.choose(scores, costs, self.fraction, self.kind), True
         per_key, rest = costs
         total = rest.of(self.kind) + sum(per_key[(path, "keep")].of(self.kind) for path in library.paths)
@@ -315,13 +317,14 @@ class BudgetSearch:
                         "score": scores[(path, name)],
                         "latency": per_key[(path, name)].latency,
                         "params": per_key[(path, name)].params,
+                        "macs": per_key[(path, name)].macs,
                     }
                     for name in library.names(path)
                 }
                 for path in library.paths
             },
             "refused": {f"{path} {name}": reason for (path, name), reason in library.refused.items()},
-            "rest": {"latency": rest.latency, "params": rest.params},
+            "rest": {"latency": rest.latency, "params": rest.params, "macs": rest.macs},
             "distillation_loss": {"first": losses[0] if losses else None, "last": losses[-1] if losses else None},
             "frontier": frontier(library, scores, costs, self.kind),
             "uniform": {  # one kind of candidate for every group, as the runs without a budget have it

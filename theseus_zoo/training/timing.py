@@ -1,4 +1,5 @@
-"""Timing that survives a shared machine: runs take turns, and ratios of turns are what to report.
+"""Timing that survives a shared machine: runs take turns, and ratios of turns are what to report. And the
+multiply-adds ratio of two models, which needs no timing (`macs_ratio`).
 
 Used by the `theseus compress` report (measured speedup) and by ``benchmarks/``.
 """
@@ -11,7 +12,7 @@ from typing import Any
 
 import torch
 
-from theseus_core.latency import latency_clock
+from theseus_core.costs import latency_clock, multiply_adds
 
 
 def interleaved_seconds(
@@ -52,3 +53,19 @@ def latency_ratio(
     with torch.no_grad():
         times = interleaved_seconds(runs, warmup=1, repeats=repeats, device=device)
     return median_ratio(times["model"], times["reference"])
+
+
+def macs_ratio(forward: Callable[[Any, Any], Any], reference: Any, model: Any, batch: Any) -> float | None:
+    """``model``'s multiply-adds over ``reference``'s on ``batch`` (`theseus_core.multiply_adds`; ``forward(model,
+    batch)`` in eval mode without gradient, each model's mode put back); ``None`` where ``reference`` counts none."""
+
+    def count(module: Any) -> int:
+        training = module.training
+        try:
+            with torch.no_grad():
+                return multiply_adds(lambda: forward(module.eval(), batch))
+        finally:
+            module.train(training)
+
+    whole = count(reference)
+    return count(model) / whole if whole else None

@@ -51,7 +51,7 @@ def test_a_budget_searches_the_successors_theseus_trains_and_exports(tmp_path, m
     [
         (["--budget", "latency=1.5"], "a budget is a fraction of the predecessor's latency in (0, 1), got 1.5"),
         (["--budget", "params=0.01"], "below what the cheapest candidates reach"),
-        (["--budget", "macs=0.5"], "a macs budget is not measured yet"),
+        (["--budget", "macs=0.001"], "below what the cheapest candidates reach"),
         (["--budget", "params=0.5", "--methods", "truncated,kd"], "this run trains no Theseus variant"),
         (["--budget", "latency=0.5,latency=0.3"], "--budget gives latency= twice"),
     ],
@@ -180,6 +180,17 @@ def searched(tmp_path, recipe, steps, *args):
         == 0
     )
     return json.loads((out / "report.json").read_text())["search"], out
+
+
+def test_a_macs_budget_chooses_by_counted_multiply_adds_and_the_export_counts_what_was_predicted(tmp_path):
+    search, out = searched(tmp_path, "toy", (10, 6), "--methods", "theseus,kd", "--budget", "macs=0.6,steps=3")
+    assert search["budget"] == {"macs": 0.6} and search["within_budget"] is True
+    assert search["predicted_ratio"] <= 0.6
+    assert search["macs_ratio"] == pytest.approx(search["predicted_ratio"], rel=1e-9)  # counted: they add up
+    assert all(entry["macs"] >= 0 for names in search["candidates"].values() for entry in names.values())
+    for point in search["frontier"]:
+        assert point["macs_ratio"] == pytest.approx(point["predicted_ratio"], rel=1e-9)
+    assert "multiply-adds ratio" in (out / "report.md").read_text()
 
 
 def test_a_budget_on_the_toy_exports_a_shorter_toy_stack(tmp_path):

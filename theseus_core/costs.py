@@ -1,4 +1,5 @@
-"""How latency is read here: `latency_clock` (the budget search's costs, the zoo's timings and benchmarks)."""
+"""How a module's cost is read here: its latency (`latency_clock`: the budget search's costs, the zoo's timings and
+benchmarks) and its multiply-adds (`multiply_adds`)."""
 
 from __future__ import annotations
 
@@ -37,3 +38,15 @@ def latency_clock(device: torch.device | str) -> Callable[[Callable[[], Any]], f
         return clock() - started
 
     return timed
+
+
+def multiply_adds(call: Callable[[], Any]) -> int:
+    """The multiply-adds one call performs: half the floating-point operations of its matrix products and
+    convolutions (attention included) as `torch.utils.flop_counter.FlopCounterMode` counts them. Elementwise work,
+    norms and gathers or scatters (a graph layer's message passing) are not counted, as MACs usually are not; the
+    count is exact and the same on every machine, so multiply-adds add up over a model's parts as parameters do."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        call()
+    return counter.get_total_flops() // 2

@@ -1,4 +1,4 @@
-"""theseus_core.latency: how latency is read (process time on one CPU thread, wall-clock otherwise)."""
+"""theseus_core.costs: how latency is read (process time on one CPU thread, wall-clock otherwise)."""
 
 import time
 
