@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from theseus_core.latency import latency_clock
+from theseus_core.costs import latency_clock
 from theseus_zoo.recipes import Recipe, get_recipe
 from theseus_zoo.tasks import build_task
 from theseus_zoo.training.data_order import labelled_split
