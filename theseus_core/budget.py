@@ -189,7 +189,10 @@ def solve(scores: Sequence[Sequence[float]], costs: Sequence[Sequence[float]], l
         one_each[row, start : start + size] = 1
         start += size
     weights = np.concatenate([np.asarray(row, dtype=float) for row in costs])[None, :]
-    constraints = [LinearConstraint(one_each, 1, 1), LinearConstraint(weights, -np.inf, limit)]
+    # in units of the largest cost: HiGHS's feasibility tolerance is absolute (1e-7), and latencies in seconds are
+    # small enough that a choice over the limit by a fraction of a percent would pass unscaled
+    scale = max(float(np.abs(weights).max()), abs(float(limit)), 1e-300)
+    constraints = [LinearConstraint(one_each, 1, 1), LinearConstraint(weights / scale, -np.inf, limit / scale)]
     result = milp(objective, constraints=constraints, integrality=np.ones(count), bounds=Bounds(0, 1))
     if result.x is None:
         raise ValueError(f"no choice of one candidate per group keeps the summed cost within {limit:g}")

@@ -1,6 +1,7 @@
 """theseus_core.budget: the exact solver, and the measured search around it (any solver, any measurement)."""
 
 import itertools
+import random
 
 import pytest
 from hypothesis import given, settings
@@ -133,3 +134,20 @@ def test_a_nan_measurement_never_fits_and_a_nan_assessment_never_wins():
     )
     assert all(entry["measured_ratio"] == float("inf") for entry in trail if entry["chosen"] == {"g": "b"})
     assert best.chosen == {"g": "a"}  # c's assessment is NaN, b never measured within
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    unit=st.sampled_from([1e-6, 1e-3, 1.0, 1e3]),
+)
+def test_the_solver_keeps_the_limit_whatever_the_unit_of_the_costs(seed, unit):
+    """Latencies in seconds are small: a limit tighter than the solver's absolute tolerance must still hold."""
+    generator = random.Random(seed)
+    groups = [[generator.uniform(0.5, 1.5) for _ in range(3)] for _ in range(4)]
+    costs = [[cost * unit for cost in row] for row in groups]
+    scores = [[generator.uniform(-1, 0) for _ in row] for row in groups]
+    cheapest = sum(min(row) for row in costs)
+    limit = cheapest * (1 + 1e-4)  # only choices within 0.01% of the cheapest fit
+    picked = solve(scores, costs, limit)
+    assert sum(row[index] for row, index in zip(costs, picked, strict=True)) <= limit * (1 + 1e-9)
