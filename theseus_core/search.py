@@ -2,9 +2,8 @@
 
 1. **Candidates**: for each group of a plan, named alternatives, each a `ModuleSpec` on the group's path (``keep``:
    the group's own layers, ``skip``: the identity (`theseus_core.candidates`), or any registered or hand-made
-   successor). `CandidateLibrary`
-   builds every one of them through `replace_` (verified at rate 0 like any replacement; one that `replace_`
-   refuses is left out of its group, and said so in `CandidateLibrary.refused`).
+   successor). `CandidateLibrary` builds every one of them through `replace_` (verified at rate 0 like any
+   replacement; one that `replace_` refuses is left out of its group, and said so in `CandidateLibrary.refused`).
 2. **Blockwise local distillation** (`CandidateLibrary.distill_`): the predecessor runs once per batch, its groups'
    real inputs and outputs recorded, and every candidate of every group learns to map the one to the other (MSE),
    all in one pass; the predecessor never changes.
@@ -12,8 +11,8 @@
    batches: minus the soft loss of its outputs against the predecessor's (KL, or MSE for a regression head:
    `theseus_core.distillation.prediction_loss`); ``keep`` scores 0.
    **Costs** (`CandidateLibrary.costs`): measured, not guessed: each candidate's latency on its group's real input
-   (interleaved rounds, the median, read with `latency_clock`), its parameters; the rest of the model (outside the
-   groups) is measured once.
+   (interleaved rounds, the median, read with `latency_clock`), its parameters and multiply-adds (`multiply_adds`);
+   the rest of the model (outside the groups) is measured once.
 4. **An exact solver** (`theseus_core.budget.solve`): one candidate per group maximising the summed score under a
    limit on the summed cost, as a mixed-integer program (``scipy.optimize.milp``); `CandidateLibrary.choose` turns a
    budget (a fraction of the predecessor's cost) into that limit and refuses, in one line, a budget outside (0, 1)
