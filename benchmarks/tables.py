@@ -89,7 +89,7 @@ class Setting:
     comparisons: tuple[Comparison, ...]
 
 
-ALTERNATIVES = {"truncated": "truncated", "kd": "kd", "scratch": "direct training"}
+ALTERNATIVES = {"truncated": "truncated", "kd": "kd", "scratch": "training from scratch"}
 """A campaign's alternatives as the "At a glance" rows name them."""
 
 
@@ -113,7 +113,7 @@ SEARCHED_AGAINST = {
     "theseus+warmup+kd": "uniform theseus+warmup+kd",
     "kd": "kd",
     "truncated": "truncated",
-    "scratch": "direct training",
+    "scratch": "training from scratch",
 }
 """What a search cell's rows compare its searched model against, in the cell it is compared with, as named there."""
 
