@@ -161,15 +161,11 @@ SETTINGS = (
             Comparison("ternary KD", "recipe", "recipe-minilm-rt-binarybert.json", "baseline:kd", "theseus"),
         ),
     ),
-    Setting(
-        "ResNet-34 → ResNet-18 shape, Fashion-MNIST",
+    campaign_setting(
+        "ResNet-34 → ResNet-18 shape (each stage cut to 2 blocks) on Fashion-MNIST, one predecessor per seed, every "
+        "method at its dev choice from a closed grid (campaign)",
         "resnet",
-        (
-            Comparison(
-                "truncated", "recipe", "recipe-resnet-fashion-mnist-converged.json", "baseline:truncated", "theseus"
-            ),
-            Comparison("kd", "recipe", "recipe-resnet-fashion-mnist-converged.json", "baseline:kd", "theseus"),
-        ),
+        "campaign-resnet-light-blocks-resnet18-shape.json",
     ),
     campaign_setting(
         "GCN 6 → 2 on PolBlogs, a random split per seed (123 labelled nodes), every method at its dev choice from a "
