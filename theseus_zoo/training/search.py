@@ -35,7 +35,7 @@ from ..tasks import Task
 from ..tasks.protocols import ExampleInputs, OffersCandidates
 from .data_order import DataOrder, labelled_split
 from .methods import replace_options, to_device
-from .timing import latency_ratio, macs_ratio
+from .timing import latency_ratio, macs_of
 
 SCORE_BATCHES = 2
 """Batches at the end of the training split that score the candidates; the distillation never sees them."""
@@ -224,6 +224,7 @@ class BudgetSearch:
         batch = to_device(self.task.latency_batch(), self.device)
         options = replace_options(self.task, self.device)
         total = sum(p.numel() for p in predecessor.parameters())
+        whole_macs = macs_of(self.task.forward, predecessor, batch)  # counted once, not per choice
         measured: dict[tuple[tuple[str, str], ...], dict[str, Any]] = {}
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             library = self.library(predecessor) if library is None else library  # building it draws
@@ -240,7 +241,7 @@ class BudgetSearch:
                     continue
                 measured[key] = {
                     "params_ratio": sum(p.numel() for p in compact.parameters()) / total,
-                    "macs_ratio": macs_ratio(self.task.forward, predecessor, compact, batch),
+                    "macs_ratio": macs_of(self.task.forward, compact, batch) / whole_macs if whole_macs else None,
                     "measured_latency_ratio": latency_ratio(
                         self.task.forward, predecessor, compact, batch, self.device
                     ),

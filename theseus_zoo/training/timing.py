@@ -55,17 +55,19 @@ def latency_ratio(
     return median_ratio(times["model"], times["reference"])
 
 
+def macs_of(forward: Callable[[Any, Any], Any], model: Any, batch: Any) -> int:
+    """``model``'s multiply-adds on ``batch`` (`theseus_core.multiply_adds`; ``forward(model, batch)`` in eval mode
+    without gradient, the model's mode put back)."""
+    training = model.training
+    try:
+        with torch.no_grad():
+            return multiply_adds(lambda: forward(model.eval(), batch))
+    finally:
+        model.train(training)
+
+
 def macs_ratio(forward: Callable[[Any, Any], Any], reference: Any, model: Any, batch: Any) -> float | None:
-    """``model``'s multiply-adds over ``reference``'s on ``batch`` (`theseus_core.multiply_adds`; ``forward(model,
-    batch)`` in eval mode without gradient, each model's mode put back); ``None`` where ``reference`` counts none."""
-
-    def count(module: Any) -> int:
-        training = module.training
-        try:
-            with torch.no_grad():
-                return multiply_adds(lambda: forward(module.eval(), batch))
-        finally:
-            module.train(training)
-
-    whole = count(reference)
-    return count(model) / whole if whole else None
+    """``model``'s multiply-adds over ``reference``'s on ``batch`` (`macs_of`); ``None`` where ``reference`` counts
+    none."""
+    whole = macs_of(forward, reference, batch)
+    return macs_of(forward, model, batch) / whole if whole else None
