@@ -20,7 +20,8 @@ deleted, but for the run that holds its seed's predecessor. ``run`` starts only 
 ``--finish-hours`` starts a run only if it should end in time (a GPU call's limit).
 
 ``status`` prints done / running / left per cell and method and the CPU-hours left, estimated from the finished
-runs (each method's mean wall-clock of its runs, predecessor phases included, times ``--threads``; `Campaign.seconds`),
+runs (the mean wall-clock of the method's runs in the cell, else in any cell, predecessor phases included, times
+``--threads``; `Campaign.seconds`, `campaign_plan.estimate`),
 and with GPU seeds, done / running / left and the runs' hours left per device.
 """
 

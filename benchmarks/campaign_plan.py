@@ -414,9 +414,10 @@ class Campaign:
         return sum(phase["seconds"] for phase in report.phases.values() if "from" not in phase)
 
     def status(self, running: set[CampaignRun] = frozenset(), threads: int = 1) -> dict[str, Any]:
-        """Done / running / left per (cell, method) and per device, the runs waiting on a grid, and the hours left:
-        ``cpu_hours_left`` for the CPU's runs (their wall-clock times ``threads``), ``devices["gpu"]["run_hours_left"]``
-        for the GPU's (their wall-clock, several at a time on the one GPU)."""
+        """Done / running / left per (cell, method) and per device, the runs waiting on a grid, and the hours left
+        (each run left at its `estimate`): ``cpu_hours_left`` for the CPU's runs (their wall-clock times
+        ``threads``), ``devices["gpu"]["run_hours_left"]`` for the GPU's (their wall-clock, several at a time on the
+        one GPU)."""
         runs = self.runs()
         rows, seconds = {}, {}
         devices = {device: {"done": 0, "running": 0, "left": 0, "run_hours_left": None} for device in DEVICES}
@@ -426,24 +427,20 @@ class Campaign:
             row[state] += 1
             devices[self.device_of(run)][state] += 1
             if state == "done":
-                seconds.setdefault((self.archived_device(run), run.method), []).append(self.seconds(run))
+                seconds.setdefault((self.archived_device(run), run.cell, run.method), []).append(self.seconds(run))
         waiting = self.waiting()
         later = [  # the final runs a waiting grid will add (its chosen setting is unknown, the count is not)
-            (self.device_of(CampaignRun(cell, method, "", seed)), method)
+            (self.device_of(CampaignRun(cell, method, "", seed)), cell, method)
             for cell, method in waiting
             for seed in self.final_seeds
             if seed not in self.grid_seeds
         ]
-        unfinished = [(self.device_of(run), run.method) for run in runs if not self.done(run)] + later
+        unfinished = [(self.device_of(run), run.cell, run.method) for run in runs if not self.done(run)] + later
         for device, counts in devices.items():
-            counts["left"] += sum(1 for other, _ in later if other == device)
-            every = [value for (other, _), values in seconds.items() if other == device for value in values]
-            if every:
-                fallback = statistics.mean(every)
+            counts["left"] += sum(1 for other, _, _ in later if other == device)
+            if any(other == device for other, _, _ in seconds):
                 left = sum(
-                    statistics.mean(seconds[device, method]) if (device, method) in seconds else fallback
-                    for other, method in unfinished
-                    if other == device
+                    estimate(seconds, device, cell, method) for other, cell, method in unfinished if other == device
                 )
                 counts["run_hours_left"] = left / 3600
         cpu = devices["cpu"]["run_hours_left"]
@@ -457,6 +454,21 @@ class Campaign:
             "cpu_hours_left": None if cpu is None else cpu * threads,
             "misplaced": self.misplaced(),
         }
+
+
+def estimate(seconds: dict[tuple[str, str, str], list[float]], device: str, cell: str, method: str) -> float:
+    """The expected wall-clock of a run of ``method`` in ``cell`` on ``device``: the mean of that cell's done runs
+    of the method there, else of the method's in every cell (a searched cell's runs take longer than the same
+    method's elsewhere), else of every done run on the device."""
+    for matches in (
+        lambda key: key == (device, cell, method),
+        lambda key: key[0] == device and key[2] == method,
+        lambda key: key[0] == device,
+    ):
+        found = [value for key, values in seconds.items() if matches(key) for value in values]
+        if found:
+            return statistics.mean(found)
+    raise ValueError(f"no done run on {device} to estimate from")
 
 
 def learning_rate(setting: dict[str, Any]) -> float | None:

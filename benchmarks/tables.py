@@ -24,7 +24,7 @@ import math
 import re
 import statistics
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,16 +118,24 @@ SEARCHED_AGAINST = {
 """What a search cell's rows compare its searched model against, in the cell it is compared with, as named there."""
 
 
-def search_setting(setting: str, family: str, source: str) -> Setting:
+def search_setting(
+    setting: str, family: str, source: str, only: Mapping[str, Sequence[str]] | None = None
+) -> Setting:
     """A search cell's rows (`benchmarks.campaign_results`' JSON of a cell run ``against`` others): its searched
     variant against each of `SEARCHED_AGAINST` in the cells it is compared with, where they ran; each named with
-    its cell when there are several (``uniform theseus+warmup+kd (mobilenet-v2)``)."""
+    its cell when there are several (``uniform theseus+warmup+kd (mobilenet-v2)``). ``only``: the cells and, per
+    cell, the methods to compare with (default: all of them), in the order of `SEARCHED_AGAINST`."""
     data = load(source)
+    cells = data["against"] if only is None else list(only)
+    unknown = [cell for cell in cells if cell not in data["against"]]
+    if unknown:
+        raise ValueError(f"{source} is compared against {data['against']}, not {unknown}")
     several = len(data["against"]) > 1
     comparisons = [
         Comparison(f"{name} ({cell})" if several else name, "against", source, model)
-        for cell in data["against"]
+        for cell in cells
         for method, name in SEARCHED_AGAINST.items()
+        if only is None or method in only[cell]
         for model in data["models"]
         if model != data["best"] and model == f"{cell}: {method}"
     ]

@@ -224,3 +224,15 @@ def test_a_cell_can_take_another_cells_predecessors(tmp_path):
     (tmp_path / "shared.json").write_text(json.dumps(definition))
     with pytest.raises(ValueError, match="cell a takes its predecessors from 'c', which is not a cell"):
         Campaign.load(tmp_path / "shared.json")
+
+
+def test_a_run_left_is_estimated_from_its_own_cell_first_then_its_method_then_the_device():
+    from benchmarks.campaign_plan import estimate
+
+    seconds = {("cpu", "light", "variant"): [100.0, 200.0], ("cpu", "searched", "variant"): [600.0]}
+    seconds[("cpu", "light", "kd")] = [50.0]
+    assert estimate(seconds, "cpu", "searched", "variant") == 600.0  # not the light cell's shorter runs
+    assert estimate(seconds, "cpu", "other", "variant") == 300.0  # the method's runs in every cell
+    assert estimate(seconds, "cpu", "searched", "truncated") == 237.5  # every run on the device
+    with pytest.raises(ValueError, match="no done run on gpu"):
+        estimate(seconds, "gpu", "light", "kd")

@@ -143,3 +143,21 @@ def test_a_search_cell_against_several_cells_names_each_row_with_its_cell(tmp_pa
         ("kd (shape)", "shape: kd"),
         ("truncated (shape)", "shape: truncated"),
     ]
+
+
+def test_a_search_cell_can_be_compared_with_chosen_methods_of_chosen_cells(tmp_path, monkeypatch):
+    from benchmarks import page_tables
+
+    monkeypatch.setattr(page_tables, "RESULTS", tmp_path)
+    models = ["searched: theseus+warmup+kd", "light: theseus+warmup+kd", "light: kd", "shape: kd", "shape: truncated"]
+    summary = {"against": ["light", "shape"], "best": models[0], "models": {model: {} for model in models}}
+    (tmp_path / "searched.json").write_text(json.dumps(summary))
+    only = {"shape": ["truncated", "kd"], "light": ["theseus+warmup+kd"]}
+    setting = tables.search_setting("search", "resnet", "searched.json", only)
+    assert [comparison.key for comparison in setting.comparisons] == [
+        "shape: kd",
+        "shape: truncated",
+        "light: theseus+warmup+kd",
+    ]
+    with pytest.raises(ValueError, match="not \\['other'\\]"):
+        tables.search_setting("search", "resnet", "searched.json", {"other": ["kd"]})
