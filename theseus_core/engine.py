@@ -329,7 +329,10 @@ class Theseus:
 
         Every site becomes its successor (with its projections, where it has
         any, as a `Projected` that passes attribute reads through to the
-        successor); the predecessor modules leave the model. Parameters outside
+        successor; a `Projected` without projections too where the model
+        passed the group its input by a keyword the successor does not take,
+        or positionally to a successor that takes it only by keyword); the
+        predecessor modules leave the model. Parameters outside
         the groups get back the ``requires_grad`` they had before `replace_`;
         successors stay trainable. The plan's ``on_finalize`` hook runs last.
 
@@ -355,9 +358,7 @@ class Theseus:
                 self._router.eval_route = eval_route
         before = ModelState(self._model)
         flags = [(param, param.requires_grad) for param in self._model.parameters()]
-        finals = {
-            id(site): site.successor if site.successor.has_projections else site.successor.inner for site in self._sites
-        }
+        finals = {id(site): _final(site) for site in self._sites}
         undo = None
         try:
             for container, _ in self._saved_children.values():
@@ -389,7 +390,9 @@ class Theseus:
         for container, children in self._saved_children.values():
             container._modules.clear()
             container._modules.update(children)
-            container.train(container.training)
+        for site in self._sites:  # the group's modules take their site's mode; the others keep theirs
+            for layer in site.predecessor.layers:
+                layer.train(site.training)
         self._unfreeze()
         if self._compiled:
             self._model._compiled_call_impl = None  # undo nn.Module.compile()
@@ -427,6 +430,14 @@ class Theseus:
             )
         lines.append("])")
         return "\n".join(lines)
+
+
+def _final(site: ReplacementSite) -> nn.Module:
+    """What a site becomes: its bare successor, or the `Projected` around it when it has projections or takes its
+    input otherwise than callers passed the group's (another name, or only by keyword)."""
+    ways = site.primary_passed or {"positionally"}  # a site never called: as the group is usually called
+    bare = site.successor.stands_bare("positionally" in ways, "by_keyword" in ways)
+    return site.successor.inner if bare else site.successor
 
 
 def _describe_projection(projection: nn.Module) -> str:

@@ -173,12 +173,19 @@ def _nothing() -> None:
 
 
 def _check_no_overlap(groups: list[ResolvedGroup]) -> None:
-    """No module with state may belong to two groups. A stateless module shared between groups (GIN puts
+    """No module with state may belong to two groups, and no group may lie inside another (a site inside a
+    group's frozen predecessor would never be finalized). A stateless module shared between groups (GIN puts
     one ReLU in every layer) is harmless: it computes the same thing whichever route runs."""
     owner: dict[int, int] = {}
+    roots = {id(module): index for index, group in enumerate(groups) for module in group.modules}
     for index, group in enumerate(groups):
         for module in group.modules:
             for inner in module.modules():
+                other = index if inner is module else roots.get(id(inner), index)
+                if other != index:
+                    raise ValueError(
+                        f"group {groups[other].path!r} lies inside group {group.path!r}; groups must not overlap"
+                    )
                 if inner not in group.modules and not _has_state(inner):
                     continue
                 other = owner.setdefault(id(inner), index)
@@ -209,7 +216,9 @@ def _build_successor(
     in_proj = _projection(spec, "in_proj", group.modules[0], successor)
     out_proj = _projection(spec, "out_proj", group.modules[-1], successor)
     branch = Projected(successor, in_proj, out_proj, primary_parameter_name(group.modules[0]))
-    reference = next((t for m in group.modules for t in (*m.parameters(), *m.buffers()) if t.is_floating_point()), None)
+    # The group's device and dtype; a group without floating-point tensors (a pooling stage) takes the model's.
+    modules = (*group.modules, model)
+    reference = next((t for m in modules for t in (*m.parameters(), *m.buffers()) if t.is_floating_point()), None)
     if reference is not None:
         branch.to(device=reference.device, dtype=reference.dtype)
     return branch

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from numbers import Integral, Real
 
 from .checks import is_integral, is_real
 
@@ -59,14 +58,14 @@ class LinearSchedule:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "base", _check_probability(f"{type(self).__name__}.base", self.base))
-        if not isinstance(self.k, Real) or not math.isfinite(self.k) or self.k <= 0:
+        if not is_real(self.k) or not math.isfinite(self.k) or self.k <= 0:
             raise ValueError(f"{type(self).__name__}.k must be a finite number > 0, got {self.k!r}")
         object.__setattr__(self, "k", float(self.k))
 
     @classmethod
     def reaching_one_at(cls, steps: int, base: float = 0.3) -> LinearSchedule:
         """The curriculum from ``base`` that reaches p = 1 after ``steps`` optimizer steps."""
-        if not isinstance(steps, Integral) or steps < 1:
+        if not is_integral(steps) or steps < 1:
             raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
         base = _check_probability(f"{cls.__name__}.base", base)
         if base == 1.0:

@@ -65,6 +65,25 @@ def primary_parameter_name(module: nn.Module) -> str | None:
     return None
 
 
+def keyword_only_primary(module: nn.Module) -> str | None:
+    """The name of ``module.forward``'s first parameter when it can only be passed by keyword
+    (``forward(self, *, x)``), else ``None``: such a module gets its primary input by that name."""
+    try:
+        parameters = list(inspect.signature(module.forward).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    return parameters[0].name if parameters and parameters[0].kind is parameters[0].KEYWORD_ONLY else None
+
+
+def call_with_primary(
+    module: nn.Module, keyword: str | None, primary: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """``module(primary, *args, **kwargs)``, or with ``primary`` passed as ``keyword`` (`keyword_only_primary`)."""
+    if keyword is None:
+        return module(primary, *args, **kwargs)
+    return module(*args, **{keyword: primary}, **kwargs)
+
+
 def split_primary(
     args: tuple[Any, ...], kwargs: dict[str, Any], primary_name: str | None, where: str
 ) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
@@ -129,11 +148,12 @@ class PredecessorChain(nn.Module):
     def __init__(self, modules: list[nn.Module]) -> None:
         super().__init__()
         self.layers = nn.ModuleList(modules)
+        self.keywords = [keyword_only_primary(module) for module in modules]  # how each layer takes its input
 
     def forward(self, primary: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         last = len(self.layers) - 1
-        for index, layer in enumerate(self.layers):
-            output = layer(primary, *args, **kwargs)
+        for index, (layer, keyword) in enumerate(zip(self.layers, self.keywords, strict=True)):
+            output = call_with_primary(layer, keyword, primary, args, kwargs)
             if index < last:
                 primary = primary_output(output)
         return output
@@ -165,10 +185,20 @@ class Projected(PassThrough):
         self.inner = inner
         self.out_proj = out_proj
         self.primary_name = primary_name
+        self.inner_keyword = keyword_only_primary(inner)  # the inner module's input name when keyword-only
 
     @property
     def has_projections(self) -> bool:
         return self.in_proj is not None or self.out_proj is not None
+
+    def stands_bare(self, positionally: bool = True, by_keyword: bool = False) -> bool:
+        """Whether the inner module alone can stand where the group stood: it has no projections, and it takes its
+        primary input as callers passed the group's: ``positionally``, ``by_keyword`` (as ``primary_name``)."""
+        if self.has_projections:
+            return False
+        if by_keyword and primary_parameter_name(self.inner) != self.primary_name:
+            return False
+        return not positionally or self.inner_keyword is None
 
     def _pass_through(self, modules: Mapping[str, nn.Module]) -> nn.Module | None:
         return modules.get("inner")
@@ -177,7 +207,7 @@ class Projected(PassThrough):
         primary, args, kwargs = split_primary(args, kwargs, self.primary_name, type(self).__name__)
         if self.in_proj is not None:
             primary = self.in_proj(primary)
-        output = self.inner(primary, *args, **kwargs)
+        output = call_with_primary(self.inner, self.inner_keyword, primary, args, kwargs)
         if self.out_proj is not None:
             output = with_primary_output(output, self.out_proj(primary_output(output)))
         return output
@@ -320,6 +350,7 @@ class ReplacementSite(PassThrough):
         self.successor = successor
         self._router = router
         self._predecessor_eval = predecessor_eval
+        self.primary_passed: set[str] = set()  # how callers passed the primary input: "positionally", "by_keyword"
         self.train(predecessor.training)
 
     def _pass_through(self, modules: Mapping[str, nn.Module]) -> nn.Module | None:
@@ -351,6 +382,7 @@ class ReplacementSite(PassThrough):
         return branch(primary, *args, **kwargs)
 
     def _route(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[bool, Any, tuple, dict]:
+        self.primary_passed.add("positionally" if args else "by_keyword")  # what finalize needs of a bare successor
         primary, args, kwargs = split_primary(args, kwargs, self.successor.primary_name, f"the site at {self.path!r}")
         return self._router.choose(self.index, self.training), primary, args, kwargs
 

@@ -284,6 +284,13 @@ def _compare(
     if gap is not None:
         first = trace.order[0] if trace.order else 0
         randomness = _rng_moved(groups, trace, expected, len(groups))
+        extras = _extra_outputs(groups, expected)
+        if randomness is None and extras is not None:
+            randomness = (
+                f"the model reads what the layers of group {groups[extras].path!r} return beside the tensor that "
+                f"flows on (an output per layer, such as an auxiliary loss), which a site of several layers returns "
+                f"for its last layer only; use groups of 1 there, or an adapter."
+            )
         if len(tensors(trace.output)) != len(tensors(expected.output)):
             randomness = (
                 f"the model returns something per layer of {_container(groups, first)} (a cache: mems, "
@@ -311,6 +318,15 @@ def _compare(
                 f"still but nothing else: make that module trainable (train_others=True) or keep it in eval mode. "
                 f"The model is unchanged."
             )
+
+
+def _extra_outputs(groups: Sequence[ResolvedGroup], expected: Trace) -> int | None:
+    """The first group of several layers whose layers returned more tensors than the one that flows on, or None."""
+    for position, group in enumerate(groups):
+        calls = expected.layer_calls.get(position, [])
+        if len(group.keys) > 1 and any(len(tensors(output)) > 1 for _, output in calls[:-1]):
+            return position
+    return None
 
 
 def _rng_moved(

@@ -160,6 +160,16 @@ def test_restore_round_trips_the_state_dict_and_the_modules(case):
     assert [p.requires_grad for p in case.model.parameters()] == flags
 
 
+@pytest.mark.parametrize("predecessor_eval", [False, True])
+def test_restore_gives_the_groups_the_models_mode_and_leaves_the_other_modules_theirs(predecessor_eval):
+    model = ToyConvNet(num_blocks=4).train()
+    model.blocks[3].bn.eval()  # a batch norm the user keeps frozen
+    theseus = th.replace_(model, [th.ModuleSpec("blocks[0:2]", th.copy_module(0))], predecessor_eval=predecessor_eval)
+    theseus.restore()
+    assert [module.training for module in model.blocks] == [True] * 4
+    assert not model.blocks[3].bn.training
+
+
 def test_finished_handles_refuse_further_work():
     model = ToyStack()
     theseus = th.replace_(model, [th.ModuleSpec("blocks[0:2]", th.copy_module(0))])
@@ -269,6 +279,16 @@ def test_the_test_kit_names_the_cause_when_the_finalized_model_raises(model, mes
     specs = th.plan(model, "blocks", num_groups=2, successor=fresh_block(None))
     with pytest.raises((th.VerificationError, AssertionError), match=message):
         assert_replacement_equivalence(model, specs, (torch.randn(4, 8),))
+
+
+@pytest.mark.parametrize("options", [{"predecessor_eval": True}, {"eval_route": "predecessor"}])
+@pytest.mark.parametrize("toy", [ToyStack, ToyConvNet])
+def test_the_test_kit_takes_every_replace_option(toy, options):
+    torch.manual_seed(0)
+    model = toy()  # dropout (ToyStack) and batch norm (ToyConvNet) behave otherwise in eval mode
+    assert_replacement_equivalence(
+        model, [th.ModuleSpec("blocks[0:2]", th.copy_module(0))], model.example_inputs(), **options
+    )
 
 
 def test_a_finalize_that_keeps_the_model_passes_its_check():
@@ -383,6 +403,11 @@ def bad_specs(model):
         ([th.ModuleSpec("head[0:1]", copy0)], {}, "only an nn.ModuleList or nn.Sequential"),
         ([th.ModuleSpec("blocks[0:2]", copy0), th.ModuleSpec("blocks[1:3]", copy0)], {}, "overlap"),
         ([th.ModuleSpec("blocks", copy0), th.ModuleSpec("blocks[3]", copy0)], {}, "overlap"),
+        (  # a stateless module of a group is no group of its own
+            [th.ModuleSpec("blocks[0:2]", copy0), th.ModuleSpec("blocks[1].dropout", lambda g: nn.Identity())],
+            {},
+            r"'blocks\[1\].dropout' lies inside group 'blocks\[0:2\]'",
+        ),
         ([th.ModuleSpec("blocks[0:2]", copy0), th.ModuleSpec("blocks[0:2]", copy0)], {}, "appears twice"),
         ([th.ModuleSpec("blocks[0:2]", copy0), th.ModuleSpec("blocks[0:2]", copy0)][:1] * 2, {}, "appears twice"),
         ([th.ModuleSpec("blocks[0:2]", lambda group: group[0])], {}, "contains a module of the model"),
@@ -400,7 +425,7 @@ def bad_specs(model):
     ]
 
 
-@pytest.mark.parametrize("index", range(21))
+@pytest.mark.parametrize("index", range(22))
 def test_invalid_specs_raise_before_any_mutation(index):
     model = ToyStack(num_blocks=4)
     specs, options, message = bad_specs(model)[index]
@@ -608,6 +633,66 @@ def test_successor_takes_the_predecessor_dtype():
         model, [th.ModuleSpec("blocks[0:2]", lambda g: ToyBlock(4), in_proj="linear", out_proj="linear")]
     )
     assert all(p.dtype == torch.float64 for p in theseus.successor_parameters())
+
+
+def test_a_group_without_floating_point_tensors_takes_the_models_dtype():
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Tanh(), nn.Linear(4, 2)).to(torch.bfloat16)
+    x = torch.randn(3, 4, dtype=torch.bfloat16)
+    theseus = th.replace_(model, [th.ModuleSpec("[1:3]", lambda group: nn.Linear(4, 4))], example_inputs=(x,))
+    assert all(p.dtype == torch.bfloat16 for p in theseus.successor_parameters())
+    theseus.rate = 1.0
+    model.train()(x)
+
+
+class KeywordOnlyBlock(ToyBlock):
+    def forward(self, *, x, scale=None):
+        return super().forward(x, scale)
+
+
+class NamedOtherwise(nn.Module):
+    """A successor whose forward names its input otherwise than the group's first module (``x``)."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.linear = nn.Linear(width, width)
+
+    def forward(self, hidden, scale=None):
+        return (hidden + self.linear(hidden),)
+
+
+class ByKeywordStack(ToyStack):
+    """Passes every block its input by keyword, ``block(x=hidden)``."""
+
+    def __init__(self, block=ToyBlock):
+        super().__init__(container="list")
+        self.blocks = nn.ModuleList(block(16, tuple_output=True) for _ in self.blocks)
+
+    def forward(self, x):
+        hidden = self.embed(x)
+        for block in self.blocks:
+            hidden = block(x=hidden, scale=self.scale)[0]
+        return self.head(hidden)
+
+
+@pytest.mark.parametrize(
+    ("block", "successor"),
+    [
+        (KeywordOnlyBlock, th.copy_module(0)),  # forward(self, *, x): the input only by keyword
+        (KeywordOnlyBlock, lambda group: NamedOtherwise(16)),
+        (ToyBlock, lambda group: NamedOtherwise(16)),  # called block(x=...), the successor's input is `hidden`
+    ],
+    ids=["keyword-only", "keyword-only-to-another-name", "another-name"],
+)
+def test_a_group_given_its_input_by_keyword_is_replaced_and_finalized(block, successor):
+    torch.manual_seed(0)
+    model = ByKeywordStack(block)
+    x = model.example_inputs()
+    for size in (1, 2):
+        assert_replacement_equivalence(model, [th.ModuleSpec(f"blocks[1:{1 + size}]", successor)], x)
+    theseus = th.replace_(model, [th.ModuleSpec("blocks[0:2]", successor)], example_inputs=x)
+    theseus.rate = 1.0
+    expected = run(model, x, training=False)
+    assert torch.equal(run(theseus.finalize(), x, training=False), expected)
 
 
 def test_keyword_primary_input_is_passed_through():

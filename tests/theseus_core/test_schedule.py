@@ -62,6 +62,8 @@ def test_rate_zero_and_one_are_allowed():
         (lambda: th.LinearSchedule(0.3, math.inf), r"LinearSchedule.k must be a finite number > 0, got inf"),
         (lambda: th.AntiCurriculumSchedule(0.3, math.nan), r"AntiCurriculumSchedule.k must be a finite number"),
         (lambda: th.LinearSchedule.reaching_one_at(0), r"steps must be an integer >= 1, got 0"),
+        (lambda: th.LinearSchedule(0.3, True), r"LinearSchedule.k must be a finite number > 0, got True"),
+        (lambda: th.LinearSchedule.reaching_one_at(True), r"steps must be an integer >= 1, got True"),
     ],
 )
 def test_invalid_schedules_raise(make, message):

@@ -84,9 +84,28 @@ class Indexing(nn.Module):
         return x
 
 
+class AuxiliaryLoss(nn.Module):
+    """The loop sums what every layer returns beside its hidden states (a per-layer auxiliary loss)."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([Layer() for _ in range(4)])
+
+    def forward(self, x):
+        total = 0
+        for layer in self.layers:
+            x, aux = layer(x, position_bias=torch.ones(8))
+            total = total + aux.sum() * x.mean()
+        return x, total
+
+
 @pytest.mark.parametrize(
     ("build", "message"),
     [
+        (
+            AuxiliaryLoss,
+            r"output differs .* reads what the layers of group 'layers\[0:2\]' return beside the tensor that flows",
+        ),
         (
             StatePassing,
             r"group 'layers\[0:2\]' differs by up to .* calls layer 1 of the group with another 'position_bias'",
@@ -107,7 +126,7 @@ def test_a_container_that_does_more_than_call_its_layers_is_refused_and_left_unt
     assert torch.equal(torch.get_rng_state(), rng)
 
 
-@pytest.mark.parametrize("build", [StatePassing, ConvAfterFirst])
+@pytest.mark.parametrize("build", [StatePassing, ConvAfterFirst, AuxiliaryLoss])
 def test_groups_of_one_pass_where_only_the_grouping_was_wrong(build):
     model = build()
     specs = th.plan(model, "layers", num_groups=4, successor=th.copy_module(0))

@@ -30,10 +30,14 @@ def _run(
     kwargs: dict,
     grad: bool = False,
     what: str = "the model",
+    in_eval: Sequence[nn.Module] = (),
 ) -> Any:
-    """One forward with the global RNG seeded (same dropout masks), without disturbing the caller's RNG; an
-    exception becomes an `AssertionError` that names ``what`` ran, in which mode, and the cause."""
+    """One forward with the global RNG seeded (same dropout masks), without disturbing the caller's RNG, with the
+    modules ``in_eval`` in eval mode whatever ``training`` is; an exception becomes an `AssertionError` that names
+    ``what`` ran, in which mode, and the cause."""
     model.train(training)
+    for module in in_eval:
+        module.eval()
     with torch.random.fork_rng(devices=[]), torch.set_grad_enabled(grad):
         torch.manual_seed(seed)
         try:
@@ -45,15 +49,16 @@ def _run(
             ) from error
 
 
-def _run_frozen(model: nn.Module, specs: Sequence[ModuleSpec], train_others: bool, *args: Any) -> Any:
+def _run_frozen(model: nn.Module, specs: Sequence[ModuleSpec], options: Mapping[str, Any], *args: Any) -> Any:
     """`_run` with the parameters frozen as `replace_` will freeze them (a weight that requires grad can
-    change torch's matmul path by an ulp; see theseus_core.verify)."""
+    change torch's matmul path by an ulp; see theseus_core.verify), and the groups in eval mode if the
+    `replace_` ``options`` keep them there (``predecessor_eval``)."""
     groups = [module for spec in specs for module in resolve(model, spec.path).modules]
     flags = [(param, param.requires_grad) for param in model.parameters()]
-    for module in frozen_modules(model, groups, train_others):
+    for module in frozen_modules(model, groups, bool(options.get("train_others"))):
         module.requires_grad_(False)
     try:
-        return _run(model, *args)
+        return _run(model, *args, in_eval=groups if options.get("predecessor_eval") else ())
     finally:
         for param, requires_grad in flags:
             param.requires_grad_(requires_grad)
@@ -80,10 +85,12 @@ def assert_replacement_equivalence(
     On deep copies of ``model`` (the model itself is never changed):
 
     1. rate 0 in training mode reproduces the original model exactly (same
-       torch seed, so the same dropout masks); `replace_` verifies this itself,
-       and it is checked again here;
+       torch seed, so the same dropout masks; with ``predecessor_eval=True``,
+       the original with its groups in eval mode); `replace_` verifies this
+       itself, and it is checked again here;
     2. rate 1 in training mode equals the finalized model in training mode;
-    3. eval mode equals the finalized model in eval mode;
+    3. eval mode, with the successors on the eval route (whatever
+       ``eval_route`` says), equals the finalized model in eval mode;
     4. at rate 0.5, over ``draws`` training forwards and backwards (so that
        predecessors run, behind and in front of successors), only successor and
        projection parameters (and, with ``train_others=True``, parameters
@@ -110,12 +117,13 @@ def assert_replacement_equivalence(
     inputs = tuple(example_inputs)
 
     work = copy.deepcopy(model)
-    original = _run_frozen(work, specs, bool(replace_options.get("train_others")), True, seed, inputs, kwargs)
+    original = _run_frozen(work, specs, replace_options, True, seed, inputs, kwargs)
     theseus = replace_(work, specs, seed=seed, example_inputs=inputs, example_kwargs=kwargs, **replace_options)
     theseus.rate = 0.0
     at_zero = _run(work, True, seed, inputs, kwargs, what="the model at rate 0")
     _assert_outputs(at_zero, original, "rate 0 differs from the original model", 0, 0)
     theseus.rate = 1.0
+    theseus.eval_route = "successor"  # check 3 compares the successors, whichever route eval_route= gives in eval
     all_successors = _run(work, True, seed, inputs, kwargs, what="the model at rate 1")
     evaluated = _run(work, False, seed, inputs, kwargs, what="the model at rate 1")
     compact = theseus.finalize()
