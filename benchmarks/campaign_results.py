@@ -345,38 +345,41 @@ def markdown_against(summary: dict[str, Any], command: str) -> str:
     )
 
 
+CELL_MARKERS = ("o", "s", "^", "D", "v", "P")
+"""The markers of the cells a searched cell is compared against, in order (the searched cell's own: a star)."""
+
+
 def plot_against(summary: dict[str, Any], path: Path) -> None:
-    """Test metric against measured latency (fractions of the predecessor's): each model's seeds and mean."""
+    """Test metric against measured latency (fractions of the predecessor's): each model's seeds and mean, one
+    colour per method and one marker per cell."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axis = plt.subplots(figsize=(6.4, 4))
+    methods = list(dict.fromkeys(row["method"] for row in summary["models"].values()))
+    colours = {method: plt.get_cmap("tab10")(index % 10) for index, method in enumerate(methods)}
+    markers = {cell: CELL_MARKERS[index % len(CELL_MARKERS)] for index, cell in enumerate(summary["against"])}
+    markers[summary["cell"]] = "*"
+    figure, axis = plt.subplots(figsize=(8, 4))
     for label, row in summary["models"].items():
         seeds = [seed for seed in row["test_per_seed"] if seed in row["latency_ratio_per_seed"]]
         if not seeds:
             continue
-        marker = "*" if row["cell"] == summary["cell"] else "o"
-        points = axis.scatter(
+        style = {"marker": markers[row["cell"]], "color": colours[row["method"]]}
+        axis.scatter(
             [row["latency_ratio_per_seed"][seed] for seed in seeds],
             [row["test_per_seed"][seed] for seed in seeds],
-            marker=marker,
             alpha=0.35,
             s=20,
+            **style,
         )
-        axis.scatter(
-            [row["latency_ratio"]],
-            [row["test_mean"]],
-            marker=marker,
-            s=120,
-            color=points.get_facecolor()[0],
-            label=label,
-        )
+        size = 200 if row["cell"] == summary["cell"] else 90
+        axis.scatter([row["latency_ratio"]], [row["test_mean"]], s=size, edgecolors="black", label=label, **style)
     axis.axhline(summary["predecessor_test_mean"], color="gray", linestyle=":", label="predecessor (mean)")
     axis.set_xlabel("measured latency / the predecessor's")
     axis.set_ylabel(f"test {summary['metric']}")
-    axis.legend(fontsize=6)
+    axis.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
     axis.grid(alpha=0.3)
     figure.tight_layout()
     figure.savefig(path, dpi=110)

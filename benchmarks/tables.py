@@ -118,9 +118,7 @@ SEARCHED_AGAINST = {
 """What a search cell's rows compare its searched model against, in the cell it is compared with, as named there."""
 
 
-def search_setting(
-    setting: str, family: str, source: str, only: Mapping[str, Sequence[str]] | None = None
-) -> Setting:
+def search_setting(setting: str, family: str, source: str, only: Mapping[str, Sequence[str]] | None = None) -> Setting:
     """A search cell's rows (`benchmarks.campaign_results`' JSON of a cell run ``against`` others): its searched
     variant against each of `SEARCHED_AGAINST` in the cells it is compared with, where they ran; each named with
     its cell when there are several (``uniform theseus+warmup+kd (mobilenet-v2)``). ``only``: the cells and, per
@@ -210,6 +208,14 @@ SETTINGS = (
         "compared at higher latency)",
         "gnn",
         "campaign-gcn-polblogs-search-swaps-measured-latency-0.4.json",
+    ),
+    search_setting(
+        "ResNet-34 on Fashion-MNIST, a successor per group searched under a latency budget of 0.4, each choice "
+        "assembled and measured (light blocks, narrow and whole BasicBlocks among the candidates; against the uniform "
+        "MobileNetV2 blocks at the same latency and the ResNet-18 shape at 0.55, campaign)",
+        "resnet",
+        "campaign-resnet-light-blocks-search-latency-0.4.json",
+        {"mobilenet-v2": ["theseus+warmup+kd", "kd", "truncated"], "resnet18-shape": ["kd", "truncated"]},
     ),
     Setting(
         "SmolLM2-135M 30 → 15 layers",
