@@ -314,12 +314,14 @@ def main(argv: list[str] | None = None) -> int:
                 f"theseus {args.command} runs in one process; start it without torchrun (compress runs under it)"
             )
         if args.command == "sweep":
+            from .training.run_directory import check_writable
             from .training.sweep import PAPER_GRID, markdown, parse_grid, sweep
 
             grid = {**(PAPER_GRID if args.paper_grid else {}), **parse_grid(args.grid)}
             if not grid:
                 raise ValueError("give --grid FIELD=V1,V2,... (repeatable) or --paper-grid")
             out = args.out or Path("runs") / f"{recipe.name}-sweep"
+            check_writable(out)
             summary = sweep(
                 recipe,
                 grid,
@@ -333,8 +335,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "analyze":
             from .training import analyze
+            from .training.run_directory import check_writable
 
             out = args.out or Path("runs") / f"{recipe.name}-{args.analysis}"
+            check_writable(out)  # a file: one line, not the traceback of listing it
             if not args.resume and out.exists() and any(out.iterdir()):
                 raise ValueError(f"{out} holds an analysis already; pass --resume to continue it, or another --out")
             options = {"progress": not args.no_progress, "predecessor_from": args.predecessor_from}
@@ -381,7 +385,8 @@ def main(argv: list[str] | None = None) -> int:
     if run.main:
         print((out / "report.md").read_text())
         plots = "curves.png, search.png" if (out / "search.png").exists() else "curves.png"
-        print(f"report, {plots}, metrics.jsonl and the exported model are in {out}")
+        model = " and the exported model (model/)" if (out / "model").is_dir() else ""  # Theseus' alone is exported
+        print(f"report, {plots}, metrics.jsonl{model} are in {out}")
     _leave_together()
     return 0
 

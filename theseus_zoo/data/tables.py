@@ -29,6 +29,7 @@ a single class, an empty split.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from dataclasses import dataclass
@@ -103,7 +104,8 @@ def _rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
         raise ValueError(f"{path}: cannot read it as UTF-8 text ({error})") from None
     if path.suffix == ".jsonl":
         rows = []
-        for number, line in enumerate(text.splitlines(), start=1):
+        # lines end at "\n" alone (JSON Lines): a JSON string may hold U+2028 or a form feed raw, which splitlines cuts
+        for number, line in enumerate(text.split("\n"), start=1):
             if not line.strip():
                 continue
             try:
@@ -114,19 +116,26 @@ def _rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
                 raise ValueError(f"{path}, line {number}: not a JSON object")
             rows.append((number, row))
         return rows
-    reader = csv.reader(text.splitlines(), delimiter="\t" if path.suffix == ".tsv" else ",")
+    # read as a file opened with newline="": a quoted cell keeps its line breaks, and only "\n", "\r" and "\r\n" end
+    # a row (splitlines also cut rows at U+2028 or a form feed in a text, and joined a quoted cell's lines)
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter="\t" if path.suffix == ".tsv" else ",")
+    rows: list[tuple[int, dict[str, Any]]] = []
     try:
-        header = next(reader)
-    except StopIteration:
-        raise ValueError(f"{path}: the file is empty") from None
-    rows = []
-    for record in reader:
-        number = reader.line_num
-        if not record:
-            continue
-        if len(record) != len(header):
-            raise ValueError(f"{path}, line {number}: {len(record)} fields where the header has {len(header)}")
-        rows.append((number, dict(zip(header, record, strict=True))))
+        header = next(reader, None)
+        if header is None:
+            raise ValueError(f"{path}: the file is empty")
+        repeated = sorted({name for name in header if header.count(name) > 1})
+        if repeated:  # a row's dict would keep the last column of a name, silently
+            raise ValueError(f"{path}: the header names the column {', '.join(map(repr, repeated))} twice; rename one")
+        for record in reader:
+            number = reader.line_num
+            if not record:
+                continue
+            if len(record) != len(header):
+                raise ValueError(f"{path}, line {number}: {len(record)} fields where the header has {len(header)}")
+            rows.append((number, dict(zip(header, record, strict=True))))
+    except csv.Error as error:  # a cell over the csv module's field limit (131,072 characters), say
+        raise ValueError(f"{path}, line {reader.line_num}: not a row of {path.suffix} ({error})") from None
     return rows
 
 

@@ -458,9 +458,12 @@ def list_recipes(pattern: str = "*") -> list[Recipe]:
 def load_overrides(path: Path) -> dict[str, Any]:
     """Reads a JSON config file of recipe fields to override."""
     try:
-        overrides = json.loads(Path(path).read_text())
+        overrides = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ValueError(f"config file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as error:  # a folder, a file it may not read, not UTF-8 text
+        cause = getattr(error, "strerror", None) or error
+        raise ValueError(f"config file {path} cannot be read as a JSON file ({cause})") from None
     except json.JSONDecodeError as error:
         raise ValueError(f"config file {path} is not valid JSON: {error}") from None
     if not isinstance(overrides, dict):

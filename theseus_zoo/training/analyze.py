@@ -24,6 +24,7 @@ import contextlib
 import copy
 import dataclasses
 import json
+import math
 import statistics
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -120,14 +121,13 @@ def schedules(
         "constant": {"schedule": "constant", "schedule_base": constant_rate},
         "anti_curriculum": {"schedule": "anti_curriculum"},
     }
+    # every variant's recipe checked before the first trains (a constant rate outside [0, 1], say)
+    recipes = {
+        name: recipe.with_overrides({**overrides, **recipe.theseus_and()}) for name, overrides in variants.items()
+    }
     rows, source = [], predecessor_from
     for name, overrides in variants.items():
-        report = ensure_run(
-            recipe.with_overrides({**overrides, **recipe.theseus_and()}),
-            out / name,
-            progress=progress,
-            predecessor_from=source,
-        )
+        report = ensure_run(recipes[name], out / name, progress=progress, predecessor_from=source)
         source = source or out / name
         rows.append(
             {
@@ -163,16 +163,25 @@ def budget(
     """Theseus against truncated fine-tuning at several budgets (module doc), one run per budget, each a point of
     the budget study (`budget_row`, `budget_table`, `plot_budget`: the same as ``benchmarks.budget`` makes of
     several seeds). Returns the summary."""
-    rows, source = [], predecessor_from
+    runs: dict[str, Recipe] = {}  # every budget's recipe checked before the first trains
     for factor in budgets:
+        if not (isinstance(factor, (int, float)) and math.isfinite(factor) and factor > 0):
+            raise ValueError(f"--budgets are multiples of the replacing steps, each a number > 0, got {factor!r}")
         steps = max(1, round(recipe.replacing.steps * factor))
         overrides = {
             "replacing": {"steps": steps, "eval_every": min(recipe.replacing.eval_every, steps)},
             "steps_to_one": max(1, round(recipe.steps_to_one * factor)),
             **recipe.theseus_and("truncated"),
         }
-        name = f"budget-{steps}"
-        report = ensure_run(recipe.with_overrides(overrides), out / name, progress=progress, predecessor_from=source)
+        if f"budget-{steps}" in runs:
+            raise ValueError(
+                f"--budgets {' '.join(f'{b:g}' for b in budgets)}: two of them give {steps} replacing steps (of the "
+                f"recipe's {recipe.replacing.steps}); give each budget once"
+            )
+        runs[f"budget-{steps}"] = recipe.with_overrides(overrides)
+    rows, source = [], predecessor_from
+    for name, run in runs.items():
+        report = ensure_run(run, out / name, progress=progress, predecessor_from=source)
         source = source or out / name
         rows.append(budget_row({recipe.seed: ((report, "theseus"), (report, "baseline:truncated"))}, "truncated"))
     metric = rows[0]["metric"]

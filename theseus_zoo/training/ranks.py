@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -70,16 +70,18 @@ def leave() -> None:
         dist.destroy_process_group()
 
 
-def disagreement(recipes: list[Mapping[str, Any]]) -> str | None:
+def disagreement(recipes: list[Mapping[str, Any]], where: Sequence[str] | None = None) -> str | None:
     """``None`` when every rank's recipe (`Recipe.to_dict`) is the same; else the differing fields with each rank's
-    value, e.g. ``"seed: 1 on rank 0, 2 on rank 1"``."""
+    value, e.g. ``"seed: 1 on rank 0, 2 on rank 1"``. ``where`` names each recipe instead of its rank (``["in the
+    run", "given now"]``: a run resumed with another recipe)."""
     flat = [_flatten(recipe) for recipe in recipes]
-    if all(recipe == flat[0] for recipe in flat):
-        return None
+    where = where or [f"on rank {rank}" for rank in range(len(flat))]
     fields = sorted({key for recipe in flat for key in recipe if len({json.dumps(r.get(key)) for r in flat}) > 1})
+    if not fields:  # the same values, lists and tuples alike
+        return None
+    named = list(zip(where, flat, strict=True))
     return "; ".join(
-        f"{key}: " + ", ".join(f"{json.dumps(recipe.get(key))} on rank {rank}" for rank, recipe in enumerate(flat))
-        for key in fields
+        f"{key}: " + ", ".join(f"{json.dumps(recipe.get(key))} {place}" for place, recipe in named) for key in fields
     )
 
 

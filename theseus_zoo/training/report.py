@@ -181,8 +181,10 @@ def markdown_report(report: Report | dict[str, Any]) -> str:
             f"per-turn ratios)."
         )
     else:
+        methods = report.recipe.get("methods")
         lines.append(
-            f"\nNo Theseus run (`theseus: false`); the baselines' model runs {report.speedup:.2f}× as fast as the "
+            f"\nNo Theseus run ({'no Theseus variant among the methods' if methods else '`theseus: false`'}), so no "
+            f"model was exported; the baselines' model runs {report.speedup:.2f}× as fast as the "
             f"predecessor (measured, eager, median of per-turn ratios)."
         )
     return "\n".join(lines) + "\n"
@@ -263,11 +265,11 @@ def write_report(session: Session, models: dict[str, nn.Module], compact: nn.Mod
             )
         except (ValueError, TypeError, RuntimeError) as error:
             report.search["frontier_not_measured"] = f"{type(error).__name__}: {error}"
-    report.save(out / REPORT)
     (out / "report.md").write_text(markdown_report(report))
     plot_curves(out / "metrics.jsonl", out / "curves.png", task.metric)
     if report.search is not None:
         plot_search(report.search, out / "search.png")
+    report.save(out / REPORT)  # last: a run with a report.json is finished (`runners.ensure_run` reads it as such)
     return report.to_dict()
 
 

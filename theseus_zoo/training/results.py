@@ -10,6 +10,7 @@ write its number.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,7 +121,13 @@ class Report:
         return cls.from_dict(json.loads((path / REPORT if path.is_dir() else path).read_text()))
 
     def save(self, path: Path | str) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        """Writes ``path`` through a temporary file and a rename: a crash leaves the report that was there (or
+        none) whole, never half a file, which `theseus_zoo.training.runners.ensure_run` would take for a finished
+        run."""
+        path = Path(path)
+        temporary = path.with_name(path.name + ".tmp")
+        temporary.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        os.replace(temporary, path)
 
     def method_names(self) -> dict[str, str]:
         """Each model's key (but the predecessor's) -> the full name of the method that trained it

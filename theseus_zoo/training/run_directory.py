@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from ..recipes import Recipe, with_defaults
+from .ranks import disagreement
 from .state import StageRecord, read_state
 
 CHECKPOINT = "checkpoint.pt"
@@ -109,8 +110,9 @@ def finished_predecessor(run: Path, recipe: Recipe, compression_options: tuple[s
     keys = ("family", "options", "predecessor", "labelled_examples")  # what the predecessor phase trains on
     differing = [key for key in keys if theirs[key] != ours[key]]
     if differing:
+        values = disagreement([{k: theirs[k] for k in differing}, {k: ours[k] for k in differing}], ("there", "here"))
         raise RunError(
-            f"--predecessor-from: the run in {run} has another {', '.join(differing)}; its predecessor "
+            f"--predecessor-from: the run in {run} has another {', '.join(differing)} ({values}); its predecessor "
             f"is not the one this recipe trains"
         )
     return state.done["predecessor"]

@@ -12,9 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from ..recipes import with_defaults
+from .ranks import disagreement
 from .results import REPORT, Report
 from .run import Run
-from .run_directory import CHECKPOINT
+from .run_directory import CHECKPOINT, RunError
+from .session import WHERE
 
 if TYPE_CHECKING:
     from ..recipes import Recipe
@@ -39,7 +42,8 @@ def ensure_run(
     A fresh run takes the fine-tuned predecessor of ``predecessor_from`` (a finished run) when given and its recipe
     has a predecessor phase; a resumed one has its own. ``runner`` runs instead of `theseus_zoo.training.run.Run`
     in this process (`CompressProcess`: a ``theseus compress`` process of its own, with its own thread count); then
-    ``recipe`` may be ``None``, the runner knowing it."""
+    ``recipe`` may be ``None``, the runner knowing it. A finished run whose report records another recipe than
+    ``recipe`` is refused (`RunError`), never read as this one's (a sweep resumed with another grid, say)."""
     out = Path(out)
     if not (out / REPORT).exists():
         started = (out / CHECKPOINT).exists()
@@ -51,7 +55,15 @@ def ensure_run(
             Run(recipe, out, resume=started, progress=progress, predecessor_from=source).run()
         else:
             runner(out, resume=started, predecessor_from=source)
-    return Report.load(out / REPORT)
+    report = Report.load(out / REPORT)
+    # a finished run, read: is it this one? (its recipe's fields it predates at their defaults)
+    differing = None if recipe is None else disagreement([with_defaults(report.recipe), recipe.to_dict()], WHERE)
+    if differing is not None:
+        raise RunError(
+            f"{out} holds a finished run of another recipe ({differing}): resume with the same --recipe, --config "
+            f"and flags (a sweep: the same --grid), or choose another --out"
+        )
+    return report
 
 
 @dataclass(frozen=True)

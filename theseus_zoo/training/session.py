@@ -42,6 +42,8 @@ from .run_directory import CHECKPOINT, RunError, RunLock, check_writable, finish
 from .sharding import DataParallel, Parallelism, parallel_for, prune_sharded
 from .state import RunState, StageProgress, StageRecord
 
+WHERE = ("in the run", "given now")
+"""How a resumed run's recipe and the one given are named where they differ (`ranks.disagreement`)."""
 FINISHED_FILES = ("report.json", "report.md", "metrics.jsonl", "model")
 """What a run leaves in its directory beside the checkpoint: a fresh run refuses a directory that holds any."""
 
@@ -193,10 +195,11 @@ class Session:
             borrowed = finished_predecessor(Path(predecessor_from), recipe, ignored)
         if resume:
             self.state = RunState.from_dict(read_checkpoint(checkpoint))
-            if with_defaults(self.state.recipe or {}) != recipe.to_dict():
+            differing = ranks.disagreement([with_defaults(self.state.recipe or {}), recipe.to_dict()], WHERE)
+            if differing is not None:
                 raise RunError(
-                    f"--resume: the run in {self.out} used another recipe (see its recipe.json); "
-                    f"resume with the same --recipe, --config and flags"
+                    f"--resume: the run in {self.out} used another recipe ({differing}); resume with the same "
+                    f"--recipe, --config and flags"
                 )
             if self.state.parallel != self.parallelism.kind:
                 raise RunError(

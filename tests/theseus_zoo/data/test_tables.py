@@ -210,6 +210,33 @@ def test_unreadable_inputs(tmp_path):
         tables.load_table(tmp_path / "latin.csv")
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+@pytest.mark.parametrize("inside", ["\n", "\u2028", "\x0c"])
+def test_a_text_keeps_the_line_breaks_its_format_allows(tmp_path, suffix, inside):
+    """A quoted CSV cell may hold a newline, a JSON string a raw U+2028 or form feed: each was cut or joined by
+    ``str.splitlines`` (the CSV cell's lines glued together, the JSON line refused as not JSON)."""
+    records = rows()
+    records[3]["text"] = f"first line{inside}second line"
+    if suffix == ".jsonl":
+        if inside == "\n":
+            pytest.skip("JSON escapes a newline in a string")
+        (tmp_path / "data.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+    else:
+        write(tmp_path / "data.csv", records)
+    table = tables.load_table(tmp_path / f"data{suffix}")
+    texts = [text for split in table.splits.values() for text in split["text"]]
+    assert len(texts) == len(records) and f"first line{inside}second line" in texts
+
+
+def test_a_repeated_column_or_an_overlong_cell_is_refused_in_one_line(tmp_path):
+    (tmp_path / "twice.csv").write_text("text,label,label\n" + "a,pos,x\nb,neg,x\n" * 10)
+    with pytest.raises(ValueError, match=r"twice\.csv: the header names the column 'label' twice"):
+        tables.load_table(tmp_path / "twice.csv")  # the last 'label' was read, silently: one class 'x'
+    (tmp_path / "long.csv").write_text("text,label\n" + "a,pos\n" + "b" * 200_000 + ",neg\n")
+    with pytest.raises(ValueError, match=r"long\.csv, line 3: not a row of \.csv \(field larger"):
+        tables.load_table(tmp_path / "long.csv")  # was csv.Error, a traceback
+
+
 def test_bbc_news_reader_on_a_small_copy(tmp_path):
     for topic in bbc_news.TOPICS:
         (tmp_path / topic).mkdir()

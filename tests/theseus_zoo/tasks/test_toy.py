@@ -128,7 +128,7 @@ def test_bad_family_options_fail_before_training(tmp_path, capsys):
 def test_resuming_with_another_recipe_is_refused(tmp_path, capsys):
     assert compress(tmp_path) == 0
     assert compress(tmp_path, "run", "--resume", "--seed", "7") == 2
-    assert "used another recipe" in capsys.readouterr().err
+    assert "used another recipe (seed: 0 in the run, 7 given now)" in capsys.readouterr().err  # names what differs
 
 
 def test_an_existing_run_is_not_overwritten(tmp_path, capsys):

@@ -106,6 +106,23 @@ def test_the_markdown_is_the_same_from_a_typed_report_and_from_its_json():
     assert "predecessor ±0.0200, theseus ±0.0100" in markdown_report(data)
 
 
+@pytest.mark.parametrize(
+    ("fields", "why"),
+    [({"theseus": False}, "`theseus: false`"), ({"methods": ["kd"]}, "no Theseus variant among the methods")],
+)
+def test_a_run_without_theseus_says_why_and_that_no_model_was_exported(fields, why):
+    """``--methods kd,truncated`` was reported as ``theseus: false``, a field the user never set."""
+    model = {"test": {"accuracy": 0.8}, "parameters": 10, "size_on_disk_bytes": 4e6, "retention_percent": 100.0}
+    data = {
+        "recipe": {"name": "r", "description": "d", "baselines": ["kd"], **fields},
+        "metric": "accuracy",
+        "models": {"predecessor": model, "baseline:kd": model},
+        "speedup": 2.0,
+        "phases": {},
+    }
+    assert f"No Theseus run ({why}), so no model was exported" in markdown_report(data)
+
+
 @pytest.mark.parametrize(("exported", "over"), [(0.517, True), (0.49, False)])
 def test_the_search_account_says_when_the_exported_model_measures_over_its_budget_and_shows_the_plot(exported, over):
     search = {

@@ -95,3 +95,40 @@ def test_ensure_run_runs_fresh_resumes_started_and_reads_finished(tmp_path):
     assert len(runner.calls) == 2
     with pytest.raises(ValueError, match="give a recipe"):
         ensure_run(None, tmp_path / "nothing")
+
+
+def test_ensure_run_refuses_a_finished_run_of_another_recipe(tmp_path):
+    """A sweep resumed with another grid read each point's old report as the new point's, and reported it under the
+    new values; a finished run is now read only for the recipe its report records."""
+    from theseus_zoo.recipes import get_recipe
+    from theseus_zoo.training.run_directory import RunError
+
+    recipe = get_recipe("toy")
+    recorded = json.loads(json.dumps(recipe.to_dict()))  # as report.json gives it back: tuples as lists
+    del recorded["budget"]  # a report written before a field existed matches with that field at its default
+    (tmp_path / "run").mkdir()
+    report = {"recipe": recorded, "metric": "accuracy", "models": {"theseus": {"test": {"accuracy": 1}}}}
+    (tmp_path / "run" / REPORT).write_text(json.dumps(report))
+    assert ensure_run(recipe, tmp_path / "run").test("theseus") == 1
+    other = recipe.with_overrides({"replacing": {"lr": 1e-2}})
+    named = r"another recipe \(replacing\.lr: 0\.001 in the run, 0\.01 given now\): .* the same --grid"
+    with pytest.raises(RunError, match=named):
+        ensure_run(other, tmp_path / "run")
+
+
+def test_a_crash_while_saving_leaves_the_previous_report_whole(tmp_path, monkeypatch):
+    """report.json marks a finished run (`ensure_run` reads it as such): it is written whole or not at all."""
+    import os
+
+    old = Report.from_dict({"metric": "accuracy", "models": {"theseus": {"test": {"accuracy": 0.5}}}})
+    old.save(tmp_path / REPORT)
+    before = (tmp_path / REPORT).read_bytes()
+    new = Report.from_dict({"metric": "accuracy", "models": {"theseus": {"test": {"accuracy": 0.9}}}})
+
+    def killed(source, target):  # the process dies between writing the new report and putting it in place
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        new.save(tmp_path / REPORT)
+    assert (tmp_path / REPORT).read_bytes() == before

@@ -82,6 +82,25 @@ def test_a_kill_right_after_any_save_resumes_to_the_same_bytes(tmp_path, monkeyp
     assert (run / "model" / "model.pt").read_bytes() == (whole["plain"] / "model" / "model.pt").read_bytes()
 
 
+def test_a_kill_while_the_report_is_written_leaves_no_report_json_and_resumes(tmp_path, monkeypatch, whole):
+    """report.json is what marks a finished run (`ensure_run`: sweeps and analyses read it and move on), so it comes
+    last: a run killed while writing report.md or plotting had one, without its plot, and was never completed."""
+    from theseus_zoo.training import report
+
+    plot = report.plot_curves
+
+    def dies(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(report, "plot_curves", dies)
+    assert compress(tmp_path) == 130
+    assert not (tmp_path / "run" / "report.json").exists()
+    monkeypatch.setattr(report, "plot_curves", plot)
+    assert compress(tmp_path, "run", "--resume") == 0
+    assert comparable(tmp_path / "run") == comparable(whole["plain"])
+    assert (tmp_path / "run" / "curves.png").stat().st_size > 0
+
+
 def test_a_checkpoint_written_before_a_recipe_field_existed_resumes(tmp_path, monkeypatch, whole):
     undo = dies_after_save(monkeypatch, 5)
     assert compress(tmp_path) == 130

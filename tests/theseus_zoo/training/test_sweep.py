@@ -95,7 +95,7 @@ def test_predecessor_from_takes_a_finished_predecessor_of_the_same_recipe_only(t
         str(tmp_path / "first"),
     ]
     assert cli.main(other) == 2
-    assert "has another options" in capsys.readouterr().err
+    assert "has another options (options.width: 64 there, 32 here)" in capsys.readouterr().err  # what differs
     deeper = tmp_path / "deeper.json"  # num_layers only shapes the successor: the predecessor is the same
     deeper.write_text(json.dumps({**TINY, "options": {"num_layers": 2}}))
     other = [
