@@ -217,6 +217,13 @@ SETTINGS = (
         "campaign-resnet-light-blocks-search-latency-0.4.json",
         {"mobilenet-v2": ["theseus+warmup+kd", "kd", "truncated"], "resnet18-shape": ["kd", "truncated"]},
     ),
+    search_setting(
+        "ResNet-34 on Fashion-MNIST, the same search under a latency budget of 0.22 (against the uniform ShuffleNetV2 "
+        "units at the same latency and the ResNet-18 shape at 0.55, campaign)",
+        "resnet",
+        "campaign-resnet-light-blocks-search-latency-0.22.json",
+        {"shufflenet-v2": ["theseus+warmup+kd", "kd", "truncated"], "resnet18-shape": ["kd", "truncated"]},
+    ),
     Setting(
         "SmolLM2-135M 30 → 15 layers",
         "causal_lm",
