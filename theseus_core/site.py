@@ -54,25 +54,26 @@ def with_primary_output(output: Any, value: torch.Tensor) -> Any:
     raise TypeError(f"cannot project an output of type {type(output).__name__}")
 
 
-def primary_parameter_name(module: nn.Module) -> str | None:
-    """Name of the first parameter of ``module.forward``, for callers that pass it by keyword."""
+def _first_parameter(module: nn.Module) -> inspect.Parameter | None:
+    """The first parameter of ``module.forward``, if its signature can be read and it has one."""
     try:
-        parameters = list(inspect.signature(module.forward).parameters.values())
+        parameters = inspect.signature(module.forward).parameters.values()
     except (TypeError, ValueError):
         return None
-    if parameters and parameters[0].kind in (parameters[0].POSITIONAL_OR_KEYWORD, parameters[0].KEYWORD_ONLY):
-        return parameters[0].name
-    return None
+    return next(iter(parameters), None)
+
+
+def primary_parameter_name(module: nn.Module) -> str | None:
+    """Name of the first parameter of ``module.forward``, for callers that pass it by keyword."""
+    first = _first_parameter(module)
+    return first.name if first is not None and first.kind in (first.POSITIONAL_OR_KEYWORD, first.KEYWORD_ONLY) else None
 
 
 def keyword_only_primary(module: nn.Module) -> str | None:
     """The name of ``module.forward``'s first parameter when it can only be passed by keyword
     (``forward(self, *, x)``), else ``None``: such a module gets its primary input by that name."""
-    try:
-        parameters = list(inspect.signature(module.forward).parameters.values())
-    except (TypeError, ValueError):
-        return None
-    return parameters[0].name if parameters and parameters[0].kind is parameters[0].KEYWORD_ONLY else None
+    first = _first_parameter(module)
+    return first.name if first is not None and first.kind is first.KEYWORD_ONLY else None
 
 
 def call_with_primary(

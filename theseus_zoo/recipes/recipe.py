@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from theseus_core.budget import KINDS
 from theseus_core.checks import is_finite_number, is_int
 from theseus_zoo.methods import method_overrides, parse_method, report_keys
 from theseus_zoo.registry import Registry
@@ -378,8 +379,9 @@ def methods_trained(methods: Any, theseus: bool, baselines: Any) -> tuple[str, .
     return (("theseus",) if theseus else ()) + tuple(baselines)
 
 
-BUDGET_KINDS = ("latency", "params", "macs")
-"""What a budget limits: measured latency, parameters, or multiply-adds, each as a fraction of the predecessor's."""
+BUDGET_KINDS = KINDS
+"""What a budget limits (`theseus_core.budget.KINDS`): measured latency, parameters, or multiply-adds, each as a
+fraction of the predecessor's."""
 
 
 def check_budget(budget: Any) -> None:

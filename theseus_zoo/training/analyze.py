@@ -24,13 +24,13 @@ import contextlib
 import copy
 import dataclasses
 import json
-import math
 import statistics
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import theseus_core as th
+from theseus_core.checks import is_finite_number
 
 from ..recipes import Recipe
 from . import stats
@@ -165,7 +165,7 @@ def budget(
     several seeds). Returns the summary."""
     runs: dict[str, Recipe] = {}  # every budget's recipe checked before the first trains
     for factor in budgets:
-        if not (isinstance(factor, (int, float)) and math.isfinite(factor) and factor > 0):
+        if not (is_finite_number(factor) and factor > 0):
             raise ValueError(f"--budgets are multiples of the replacing steps, each a number > 0, got {factor!r}")
         steps = max(1, round(recipe.replacing.steps * factor))
         overrides = {

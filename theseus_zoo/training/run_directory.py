@@ -95,6 +95,12 @@ def repair_metrics(metrics: Path, length: int) -> None:
     )
 
 
+def recipe_changes(recorded: dict | None, recipe: Recipe) -> str | None:
+    """``None`` when the recipe a run recorded (its fields it predates at their defaults, `with_defaults`) is
+    ``recipe``; else the fields that differ with both values (``"seed: 0 in the run, 4 given now"``)."""
+    return disagreement([with_defaults(recorded or {}), recipe.to_dict()], ("in the run", "given now"))
+
+
 def finished_predecessor(run: Path, recipe: Recipe, compression_options: tuple[str, ...] = ()) -> StageRecord:
     """The fine-tuned predecessor phase of the run in ``run``, checked to be the one ``recipe`` would train: same
     family, predecessor phase, and options but for ``compression_options`` (those that only shape the successor,

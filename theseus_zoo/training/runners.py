@@ -12,12 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from ..recipes import with_defaults
-from .ranks import disagreement
 from .results import REPORT, Report
 from .run import Run
-from .run_directory import CHECKPOINT, RunError
-from .session import WHERE
+from .run_directory import CHECKPOINT, RunError, recipe_changes
 
 if TYPE_CHECKING:
     from ..recipes import Recipe
@@ -56,8 +53,7 @@ def ensure_run(
         else:
             runner(out, resume=started, predecessor_from=source)
     report = Report.load(out / REPORT)
-    # a finished run, read: is it this one? (its recipe's fields it predates at their defaults)
-    differing = None if recipe is None else disagreement([with_defaults(report.recipe), recipe.to_dict()], WHERE)
+    differing = None if recipe is None else recipe_changes(report.recipe, recipe)  # a finished run: is it this one?
     if differing is not None:
         raise RunError(
             f"{out} holds a finished run of another recipe ({differing}): resume with the same --recipe, --config "

@@ -30,7 +30,7 @@ import theseus_core as th
 
 from ..errors import ONE_LINE_ERRORS
 from ..methods import parse_method
-from ..recipes import Phase, Recipe, with_defaults
+from ..recipes import Phase, Recipe
 from ..tasks import Task, build_task
 from ..tasks.protocols import BuildsDirect, CompressionOptions, ShardsLayers, refinement
 from . import ranks
@@ -38,12 +38,18 @@ from .checkpoints import previous_of, read_checkpoint, write_checkpoint
 from .data_order import labelled_split
 from .metrics_log import MetricsLog
 from .rng import RunRng
-from .run_directory import CHECKPOINT, RunError, RunLock, check_writable, finished_predecessor, repair_metrics
+from .run_directory import (
+    CHECKPOINT,
+    RunError,
+    RunLock,
+    check_writable,
+    finished_predecessor,
+    recipe_changes,
+    repair_metrics,
+)
 from .sharding import DataParallel, Parallelism, parallel_for, prune_sharded
 from .state import RunState, StageProgress, StageRecord
 
-WHERE = ("in the run", "given now")
-"""How a resumed run's recipe and the one given are named where they differ (`ranks.disagreement`)."""
 FINISHED_FILES = ("report.json", "report.md", "metrics.jsonl", "model")
 """What a run leaves in its directory beside the checkpoint: a fresh run refuses a directory that holds any."""
 
@@ -195,7 +201,7 @@ class Session:
             borrowed = finished_predecessor(Path(predecessor_from), recipe, ignored)
         if resume:
             self.state = RunState.from_dict(read_checkpoint(checkpoint))
-            differing = ranks.disagreement([with_defaults(self.state.recipe or {}), recipe.to_dict()], WHERE)
+            differing = recipe_changes(self.state.recipe, recipe)
             if differing is not None:
                 raise RunError(
                     f"--resume: the run in {self.out} used another recipe ({differing}); resume with the same "
