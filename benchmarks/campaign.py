@@ -38,6 +38,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
+from theseus_zoo.data.assets import cache_dir, missing_assets
 from theseus_zoo.training.results import REPORT, Report
 from theseus_zoo.training.run_directory import CHECKPOINT
 from theseus_zoo.training.runners import CompressProcess, ensure_run
@@ -201,7 +202,8 @@ def run_campaign(
     finish_hours: float | None = None,
     run_minutes: float = 5.0,
 ) -> int:
-    """Runs what is left of ``device``'s seeds (module doc); returns the number of runs finished. A failed run is
+    """Runs what is left of ``device``'s seeds (module doc); returns the number of runs finished. Refuses to start
+    (`RuntimeError`) while an asset the runs left read is not fetched (`Campaign.assets`). A failed run is
     reported and left (its directory kept to resume); a predecessor that differs from the archive's stops the
     campaign, as does a done run archived from another device than its seed's now (`Campaign.misplaced`).
 
@@ -212,6 +214,12 @@ def run_campaign(
         raise RuntimeError(
             f"{misplaced[0]} (and {len(misplaced) - 1} more) ran on another device than its seed's now: a seed's "
             "runs stay on the device that ran its first (put the seed back in or out of its cell's gpu_seeds)"
+        )
+    left = [run for run in campaign.runs() if not campaign.done(run) and campaign.device_of(run) == device]
+    if missing := missing_assets(campaign.assets(left)):
+        raise RuntimeError(
+            f"the runs left read assets not in {cache_dir()}: {', '.join(missing)}; fetch them with: theseus fetch "
+            + " ".join(missing)
         )
     started = time.monotonic()
     deadline = None if hours is None else started + hours * 3600

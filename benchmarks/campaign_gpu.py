@@ -16,17 +16,17 @@ stops ``run`` (move a seed only before its first run is archived). Every compari
 a grid's mean over seeds or a seed-level interval may mix devices, as it mixes machines. A cell that matches compute
 (``compute_matched``) stays on the CPU, where its run costs are timed.
 
-**A GPU session** has 15 minutes of device time, calls of at most 10 minutes, and a machine that stays warm 30 s after
-a call; each call takes the working tree (tracked and untracked-not-ignored files, about 20 MiB) plus up to 8 ignored
-paths (``carry``), 64 MiB in all, and brings back what the command leaves in ``$OUT``. The assets a campaign's recipes
-name (MiniLM alone is 87 MiB) and the wheels the machine lacks (`WHEELS`) do not fit one call: ``pack-assets``
-writes them as one gzipped tar cut into ``.gpu-assets/part1``, ``part2``, ... (ignored by ``.gitignore``), each small
-enough to travel beside the working tree, with a manifest (the sha256 of every chunk, of the whole stream and of
-every file in it, and the commit here). Each call carries one part and runs the same command; ``gpu.sh`` (`receive`)
-keeps the parts that arrived (ignored paths stay on a warm machine), says which are missing and exits, and once all
-are there checks every checksum, unpacks the assets into ``.gpu-assets/cache`` (``$THESEUS_CACHE``) and the wheels
-into ``.gpu-assets/site``, then runs. A machine given back between calls loses the earlier parts: ``gpu.sh`` then
-names them, and the calls start again from part 1.
+**A GPU session** has 15 minutes of device time, calls of at most 10 minutes, and a machine that stays warm 30 s after a
+call; each call takes the working tree (tracked and untracked-not-ignored files, about 20 MiB) plus up to 8 ignored
+paths (``carry``), 64 MiB in all, and brings back what the command leaves in ``$OUT``. The assets a campaign's runs read
+(`Campaign.assets`: MiniLM alone is 87 MiB, Fashion-MNIST 30 MiB) and the wheels the machine lacks (`WHEELS`) do not fit
+one call: ``pack-assets`` writes them as one gzipped tar cut into ``.gpu-assets/part1``, ``part2``, ... (ignored by
+``.gitignore``), each small enough to travel beside the working tree, with a manifest (the sha256 of every chunk, of the
+whole stream and of every file in it, and the commit here). Each call carries one part and runs the same command;
+``gpu.sh`` (`receive`) keeps the parts that arrived (ignored paths stay on a warm machine), says which are missing and
+exits, and once all are there checks every checksum, unpacks the assets into ``.gpu-assets/cache`` (``$THESEUS_CACHE``)
+and the wheels into ``.gpu-assets/site``, then runs. A machine given back between calls loses the earlier parts:
+``gpu.sh`` then names them, and the calls start again from part 1.
 
 **On the machine** ``gpu.sh`` prints the versions (python 3.12, torch 2.11 and transformers 5.17 there; 3.11, 2.14
 and 5.24 here) and stops at once if an import the campaign needs fails or no GPU is seen (`check`); then runs
@@ -93,18 +93,6 @@ def sha256(data: bytes) -> str:
 
 
 # ----------------------------------------------------------------------------------------------- here: the assets
-def needed_assets(campaign: Any) -> list[str]:
-    """The assets the campaign's cells name in their recipe options (and option overrides): model and data."""
-    from theseus_zoo.data.assets import ASSETS
-    from theseus_zoo.recipes import get_recipe
-
-    names = []
-    for cell in campaign.cells.values():
-        options = {**get_recipe(cell["recipe"]).options, **cell.get("overrides", {}).get("options", {})}
-        names += [value for value in options.values() if isinstance(value, str) and value in ASSETS]
-    return sorted(set(names))
-
-
 def travelling_bytes(root: Path = ROOT) -> int:
     """The size of what every call sends besides its carried paths: tracked and untracked-not-ignored files."""
     listed = subprocess.run(
@@ -133,7 +121,7 @@ def pack_assets(
     wheels: tuple[str, ...] = WHEELS,
     part_bytes: int | None = None,
 ) -> list[Path]:
-    """Writes the assets ``campaign`` needs (`needed_assets`, or ``assets``) and ``wheels`` as one gzipped tar cut
+    """Writes the assets ``campaign`` needs (`Campaign.assets`, or ``assets``) and ``wheels`` as one gzipped tar cut
     into ``parts``/``part1``, ``part2``, ... of at most ``part_bytes`` each (default: what a call leaves beside the
     working tree, `travelling_bytes`), each with the manifest (module doc); replaces older parts. Returns the parts.
 
@@ -146,7 +134,7 @@ def pack_assets(
 
     from .harness import source_commit
 
-    assets = needed_assets(campaign) if assets is None else assets
+    assets = campaign.assets() if assets is None else assets
     parts = Path(parts).resolve()
     parts.mkdir(parents=True, exist_ok=True)  # git tells an ignored folder only once it exists
     ignored = (

@@ -39,6 +39,7 @@ import copy
 import json
 import statistics
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -380,6 +381,19 @@ class Campaign:
             if isinstance(cell.get(phase), dict) and isinstance(setting.get(phase), dict):
                 merged[phase] = {**cell[phase], **setting[phase]}
         return merged
+
+    def assets(self, runs: Iterable[CampaignRun] | None = None) -> list[str]:
+        """The assets (``theseus fetch NAME``) that ``runs`` (default: every run) read, model and data, sorted: each
+        (cell, method, setting)'s task built from its recipe with the run's overrides (nothing loaded;
+        `theseus_zoo.tasks.protocols.assets_read`)."""
+        from theseus_zoo.tasks import build_task
+        from theseus_zoo.tasks.protocols import assets_read
+
+        names: set[str] = set()
+        for cell, method, setting in {(run.cell, run.method, run.setting) for run in (runs or self.runs())}:
+            recipe = get_recipe(self.cells[cell]["recipe"]).with_overrides(self.overrides_of(cell, method, setting))
+            names.update(assets_read(build_task(recipe.family, recipe.options, recipe.seed)))
+        return sorted(names)
 
     def predecessor_cell(self, cell: str) -> str:
         """The cell whose predecessors ``cell`` takes: its ``predecessor_from``, or itself."""

@@ -108,6 +108,27 @@ def test_an_unknown_method_or_campaign_is_refused_before_any_run(tmp_path, capsy
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_campaign_whose_runs_left_read_a_missing_asset_refuses_to_start(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("THESEUS_CACHE", str(tmp_path / "empty-cache"))
+    cells = {
+        "images": {"recipe": "resnet-fashion-mnist"},  # Fashion-MNIST from the asset
+        "own-images": {"recipe": "resnet-fashion-mnist", "overrides": {"options": {"data_dir": str(tmp_path)}}},
+        "toy": {"recipe": "toy"},
+    }
+    definition = {"cells": cells, "methods": {"kd": {"a": {}}}, "grid_seeds": [0], "final_seeds": [0]}
+    (tmp_path / "assets.json").write_text(json.dumps(definition))
+    campaign = Campaign.load(tmp_path / "assets.json", archive=tmp_path / "archive", runs_root=tmp_path / "runs")
+    by_cell = {cell: [run for run in campaign.runs() if run.cell == cell] for cell in cells}
+    assert campaign.assets() == campaign.assets(by_cell["images"]) == ["fashion-mnist"]
+    assert campaign.assets(by_cell["own-images"] + by_cell["toy"]) == []  # the user's folder; the toy's own data
+
+    arguments = ["--campaigns", str(tmp_path), "--runs", str(tmp_path / "runs"), "--archive", str(tmp_path / "archive")]
+    assert main(["run", "assets", *arguments]) == 1
+    error = capsys.readouterr().err
+    assert "the runs left read assets not in" in error and "fetch them with: theseus fetch fashion-mnist" in error
+    assert not (tmp_path / "runs" / "assets" / "toy").exists()  # not even the runs that need no asset started
+
+
 def rates_campaign(tmp_path, dev_at_rate, extensions=2):
     """A campaign whose runs are never trained: each run in ``done`` (a set the test fills) has the dev metric
     ``dev_at_rate(rate, seed)``."""

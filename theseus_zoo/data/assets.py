@@ -23,6 +23,7 @@ import sys
 import tarfile
 import tempfile
 import zipfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -154,6 +155,11 @@ def asset_path(name: str) -> Path:
     if not (path / ".complete").exists():
         raise MissingAssetError(f"asset {name!r} is not in {cache_dir()}; fetch it with: theseus fetch {name}")
     return path
+
+
+def missing_assets(names: Iterable[str]) -> list[str]:
+    """Those of ``names`` not fetched into the cache (`cache_dir`), in order; an unknown name raises."""
+    return [name for name in dict.fromkeys(names) if not (cache_dir() / _lookup(name).name / ".complete").exists()]
 
 
 def fetch(name: str) -> Path:

@@ -48,8 +48,8 @@ class Task(Protocol):
     # Optional capabilities, each a runtime-checkable protocol in `theseus_zoo.tasks.protocols` that the trainer
     # asks with isinstance: `ScoresExamples` (per-example predictions: bootstrap errors and paired comparisons),
     # `HasHead` (unfreeze_at_one="head"), `ReplaceOptions`, `ExampleInputs` (replace_ verifies the surgery on
-    # them), `CompressionOptions` (what --predecessor-from ignores), `Refinable` (a recipe's refine phase) and
-    # `BuildsDirect` (the direct baseline).
+    # them), `CompressionOptions` (what --predecessor-from ignores), `Refinable` (a recipe's refine phase),
+    # `BuildsDirect` (the direct baseline) and `ReadsAssets` (what a campaign checks is fetched before it starts).
 
     def plan(self, model: nn.Module) -> th.Plan: ...
 

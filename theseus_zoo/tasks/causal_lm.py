@@ -124,6 +124,13 @@ class CausalLMTask:
         self._influence_groups: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
     # ------------------------------------------------------------ model and data
+    @property
+    def assets(self) -> tuple[str, ...]:
+        """The model and corpus where they are assets (`ReadsAssets`)."""
+        from ..data.assets import ASSETS
+
+        return tuple(name for name in (self.options.model, self.options.dataset) if name in ASSETS)
+
     def model_path(self) -> str:
         """The folder or hub id ``from_pretrained`` gets: an asset's cached folder for asset names."""
         from ..data.assets import ASSETS, asset_path

@@ -169,6 +169,13 @@ class GraphTask:
             raise ValueError(f"cannot build the {MODELS[self.model_name]} from the options: {message}") from None
         self.plan(predecessor)  # the adapter checks group_sizes and what it can copy, before any training
 
+    @property
+    def assets(self) -> tuple[str, ...]:
+        """The dataset where it is an asset (`ReadsAssets`; the karate club comes with PyG)."""
+        from ..data.assets import ASSETS
+
+        return (self.dataset_name,) if self.dataset_name in ASSETS else ()
+
     def graph(self) -> NodeGraph:
         """The dataset with its features and split, built once (raises `MissingAssetError` for a missing asset)."""
         if self._graph is None:

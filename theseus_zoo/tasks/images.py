@@ -190,6 +190,11 @@ class ResNetTask(ScoresAccuracy):
         self.successor = parsed.successor
         self._splits: dict[str, ImageSplit] | None = None
 
+    @property
+    def assets(self) -> tuple[str, ...]:
+        """``("fashion-mnist",)`` where the images come from the asset (`ReadsAssets`)."""
+        return (ASSET,) if self.source == "asset" and self.data_dir is None else ()
+
     # ------------------------------------------------------------------ checks
     def check(self) -> None:
         block, layers = ARCHITECTURES[self.architecture]

@@ -122,6 +122,15 @@ class DescribesData(Protocol):
         """Lines to warn about in the user's data (a class with few examples); ``()`` for a built-in dataset."""
 
 
+@runtime_checkable
+class ReadsAssets(Protocol):
+    """The assets (`theseus_zoo.data.assets`, ``theseus fetch NAME``) these options read, model and data: what a
+    campaign checks before it starts any run, and what the GPU path carries. Known from the options alone (nothing
+    is loaded); ``()`` when the options name local files or a hub."""
+
+    assets: tuple[str, ...]
+
+
 def scores_examples(task: object) -> bool:
     """Whether ``task`` gives per-example predictions for these options (`ScoresExamples`)."""
     return isinstance(task, ScoresExamples) and bool(task.scores_examples)
@@ -130,3 +139,8 @@ def scores_examples(task: object) -> bool:
 def refinement(task: object) -> str | None:
     """What ``task`` refines with these options, or ``None`` (`Refinable`)."""
     return task.refinement if isinstance(task, Refinable) else None
+
+
+def assets_read(task: object) -> tuple[str, ...]:
+    """The assets ``task`` reads with its options (`ReadsAssets`); ``()`` for a task that does not say."""
+    return tuple(task.assets) if isinstance(task, ReadsAssets) else ()

@@ -101,6 +101,13 @@ class TextClassificationTask(TextData):
             raise ValueError(f"missing_labels is for your own data; {name} has a label on every row")
 
     # ------------------------------------------------------------ model and data
+    @property
+    def assets(self) -> tuple[str, ...]:
+        """The model and dataset where they are assets (`ReadsAssets`)."""
+        from ..data.assets import ASSETS
+
+        return tuple(name for name in (self.model_name, self.dataset_name) if name in ASSETS)
+
     def model_path(self) -> str:
         """The folder or hub id ``from_pretrained`` gets: an asset's cached folder for asset names."""
         from ..data.assets import ASSETS, asset_path
