@@ -102,8 +102,8 @@ def _parser() -> argparse.ArgumentParser:
         "--budget",
         help="search a successor per group so that the model costs at most this fraction of the predecessor's "
         "measured latency, parameters or multiply-adds: latency=0.5, params=0.3 or macs=0.3 (optional ,steps=N and "
-        ",lr=X of the blockwise "
-        "distillation; over a config's budget, whose steps and lr it keeps unless it gives its own)",
+        ",lr=X of the blockwise distillation; over a config's budget, whose steps and lr it keeps unless it gives "
+        "its own); the Theseus variants and kd+searched / truncated+searched train the choice",
     )
     sweep.add_argument("--grid", action="append", default=[], help="FIELD=V1,V2,... (repeatable; FIELD may be dotted)")
     sweep.add_argument("--paper-grid", action="store_true", help="BERT-of-Theseus' grid: lr, basic rate b, steps to 1")
@@ -144,21 +144,13 @@ def _inherited(recipe: Recipe, overrides: Mapping[str, Any], error: ValueError) 
         given, current = overrides.get(phase), getattr(recipe, phase)
         if not isinstance(given, Mapping) or not isinstance(current, Phase):
             continue
-        try:  # the phase alone: is it the one that fails?
-            Phase(**{**dataclasses.asdict(current), **given})
-        except (TypeError, ValueError):
-            pass
-        else:
-            continue
-        for field in dataclasses.fields(Phase):
-            if field.name not in given and message.startswith(f"Phase.{field.name} "):
+        for field in dataclasses.fields(Phase):  # the recipe names the failing setting: "predecessor.warmup_steps"
+            if field.name not in given and message.startswith(f"{phase}.{field.name} "):
                 value = getattr(current, field.name)
                 return (
-                    f"{phase}.{field.name}{message.removeprefix(f'Phase.{field.name}')}: {value!r} is recipe "
-                    f"{recipe.name}'s {phase}.{field.name}, kept when your config set {phase}."
-                    f"{', '.join(given)}; set {phase}.{field.name} too"
+                    f"{message}: {value!r} is recipe {recipe.name}'s {phase}.{field.name}, kept when your config set "
+                    f"{phase}.{', '.join(given)}; set {phase}.{field.name} too"
                 )
-        return message  # a value the config gave: the message says it as it is
     replacing = overrides.get("replacing")
     if message.startswith("steps_to_one ") and "steps_to_one" not in overrides and isinstance(replacing, Mapping):
         return (
@@ -281,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "recipes":
             recipes = list_recipes(args.pattern)
+            if not recipes:
+                raise ValueError(f"no recipe matches {args.pattern!r}; `theseus recipes` lists them all")
             width = max((len(recipe.name) for recipe in recipes), default=0)
             for recipe in recipes:
                 print(f"{recipe.name:<{width}}  {recipe.family:<6}  {recipe.description}")

@@ -7,8 +7,10 @@ A method name is a base method with optional modifiers, each with optional argum
     theseus+unfreeze(which=head)   the head trained too once p = 1
     theseus(schedule=constant,base=0.5)
     kd(alpha=0.7,temperature=4)    a baseline with its own parameters
+    kd+searched                    KD into the architecture a budget search chose
 
-Every name is registered as a `MethodSpec` (`METHODS`): bases by their name, modifiers with a leading ``+``.
+Every name is registered as a `MethodSpec` (`METHODS`): bases by their name, modifiers with a leading ``+``, each
+modifier naming the bases it applies to.
 A spec's arguments are recipe fields set for that method alone (``kd(alpha=0.7)`` trains kd with
 ``kd_alpha=0.7``, every other method with the recipe's), so a method's parameters never change another's training.
 A recipe that sets one of those fields itself, beside a method that sets it, is refused in one line
@@ -51,9 +53,12 @@ class MethodSpec:
             replaces the loss that ``kd_weight`` and ``consistency_weight`` extend).
         flag: For a modifier, what its base implements (``"kd"``, ``"warmup"``); ``None`` when the fields it sets
             say it all.
-        takes_modifiers: Whether ``+modifiers`` may follow this base.
-        report_as: The key of the run's first method of this base in a report (``"theseus"``) or of every one
-            (``"baseline:kd"``); ``None``: the method's full name.
+        bases: For a modifier, the bases it may follow (a base takes the modifiers that name it).
+        report_as: The key of this base's method in a run's report: of its plain form (``"baseline:kd"``; with
+            arguments or modifiers ``"baseline:<full name>"``), or with ``report_first``, of the run's first method
+            of the base whatever its arguments and modifiers (``"theseus"``; a later one keeps its full name and its
+            stages are suffixed with it). ``None``: the method's full name.
+        report_first: See ``report_as``: for a family of variants trained side by side (Theseus').
     """
 
     name: str
@@ -63,19 +68,21 @@ class MethodSpec:
     sets: Mapping[str, Any] = field(default_factory=dict)
     ignores: tuple[str, ...] = ()
     flag: str | None = None
-    takes_modifiers: bool = False
+    bases: tuple[str, ...] = ("theseus",)
     report_as: str | None = None
+    report_first: bool = False
 
     def __post_init__(self) -> None:
         if not NAME.fullmatch(self.name.removeprefix("+")):
             raise ValueError(f"a method's name is letters, digits, '_' and '-', got {self.name!r}")
-        if self.is_modifier and (self.implementation is not None or self.takes_modifiers):
-            raise ValueError(f"modifier {self.name!r}: a modifier has no implementation and takes no modifiers")
+        if self.is_modifier and self.implementation is not None:
+            raise ValueError(f"modifier {self.name!r}: a modifier has no implementation (its bases implement it)")
         if not self.is_modifier and self.implementation is None:
             raise ValueError(f"method {self.name!r} needs an implementation (a Method subclass or 'module:Class')")
         object.__setattr__(self, "parameters", dict(self.parameters))
         object.__setattr__(self, "sets", dict(self.sets))
         object.__setattr__(self, "ignores", tuple(self.ignores))
+        object.__setattr__(self, "bases", tuple(self.bases))
 
     @property
     def is_modifier(self) -> bool:
@@ -166,12 +173,16 @@ def parse_method(text: str) -> MethodName:
         raise ValueError(
             f"unknown method {text!r}; methods: {', '.join(methods)} (modifiers: {', '.join(modifier_names)})"
         )
-    spec = METHODS.get(base)
-    if modifiers and not spec.takes_modifiers:
-        raise ValueError(f"method {text!r}: modifiers ({', '.join(modifier_names)}) apply to theseus only")
     unknown = [name for name, _ in modifiers if "+" + name not in modifier_names]
     if unknown:
         raise ValueError(f"method {text!r}: unknown modifier {unknown[0]!r}; modifiers: {', '.join(modifier_names)}")
+    for name, _ in modifiers:
+        if base not in METHODS.get("+" + name).bases:
+            takes = [other for other in modifier_names if base in METHODS.get(other).bases]
+            raise ValueError(
+                f"method {text!r}: +{name} applies to {', '.join(METHODS.get('+' + name).bases)} only; {base} takes "
+                + (", ".join(takes) if takes else "no modifier")
+            )
     if len({name for name, _ in modifiers}) != len(modifiers):
         raise ValueError(f"method {text!r} names a modifier twice")
     parsed = MethodName(base, base_arguments, tuple(modifiers))
@@ -181,6 +192,13 @@ def parse_method(text: str) -> MethodName:
             takes = ", ".join(spec.parameters) or "none"
             raise ValueError(f"method {text!r}: {spec.name} has no argument {unknown[0]!r} (it takes: {takes})")
     return parsed
+
+
+def uses_search(name: str | MethodName) -> bool:
+    """Whether method ``name`` trains the successors a budget search chose (`Recipe.budget`): every Theseus
+    variant, and a baseline with ``+searched``."""
+    parsed = parse_method(name) if isinstance(name, str) else name
+    return parsed.base == "theseus" or "searched" in parsed.flags
 
 
 def split_methods(text: str) -> list[str]:
@@ -237,11 +255,11 @@ def report_keys(names: list[str] | tuple[str, ...]) -> list[tuple[str, str]]:
         full = str(parsed)
         if spec.report_as is None:
             keys.append((full, f":{full}"))
-        elif spec.takes_modifiers:  # a family of variants: the first takes the family's key
+        elif spec.report_first:  # a family of variants: the first takes the family's key
             first = spec.report_as not in taken
             keys.append((spec.report_as, "") if first else (full, f":{full}"))
         else:
-            key = spec.report_as if not parsed.arguments else f"baseline:{full}"
+            key = spec.report_as if not (parsed.arguments or parsed.modifiers) else f"baseline:{full}"
             keys.append((key, ""))
         taken.add(keys[-1][0])
     return keys
@@ -257,8 +275,8 @@ for _spec in (
         "predecessor frozen, the task loss alone; arguments: schedule (curriculum, constant, anti_curriculum), base",
         f"{_IMPLEMENTATIONS}:Theseus",
         parameters={"schedule": "schedule", "base": "schedule_base"},
-        takes_modifiers=True,
         report_as="theseus",
+        report_first=True,
     ),
     MethodSpec(
         "truncated",
@@ -313,6 +331,13 @@ for _spec in (
         "once p = 1, also train what lies outside the groups: which=all (default: embeddings and head) or which=head",
         parameters={"which": "unfreeze_at_one"},
         sets={"unfreeze_at_one": "all"},
+    ),
+    MethodSpec(
+        "+searched",
+        "train the budget search's choice of a successor per group (needs a budget) instead of the family's "
+        "successor-sized model, started from the candidates' blockwise distillation",
+        flag="searched",
+        bases=("truncated", "kd"),
     ),
     MethodSpec(
         "+soft",

@@ -133,13 +133,17 @@ def test_an_unknown_recipe_or_asset_gets_at_most_three_names(capsys, argv, messa
             "minilm-rt-five-2l's steps_to_one, kept when your config set replacing.steps; set steps_to_one too (or "
             "--steps-to-one)\n",
         ),
-        (  # given by the user: the message as Phase says it
+        (  # given by the user: the message names the setting as the config does
             {"predecessor": {"steps": 40, "warmup_steps": 50}},
-            "theseus: error: Phase.warmup_steps must be an integer in [0, steps=40], got 50\n",
+            "theseus: error: predecessor.warmup_steps must be an integer in [0, steps=40], got 50\n",
         ),
         (  # the other phase shortened, this one given a bad value: nothing is blamed on the shortened one
             {"predecessor": {"steps": 700}, "replacing": {"lr": float("inf")}},
-            "theseus: error: Phase.lr must be a finite number > 0, got inf\n",
+            "theseus: error: replacing.lr must be a finite number > 0, got inf\n",
+        ),
+        (  # a phase the recipe lacks, given in part
+            {"refine": {"steps": 40}},
+            "theseus: error: the recipe has no refine phase to take lr from: set refine.lr too\n",
         ),
     ],
 )
@@ -148,3 +152,12 @@ def test_a_setting_kept_from_the_recipe_is_named_with_its_phase(tmp_path, capsys
     config.write_text(json.dumps(overrides))
     assert cli.main(["compress", "--recipe", "minilm-rt-five-2l", "--config", str(config)]) == 2
     assert capsys.readouterr().err == message
+
+
+def test_recipes_lists_what_the_pattern_matches_and_says_so_when_nothing_does(capsys):
+    assert cli.main(["recipes", "toy*"]) == 0
+    assert capsys.readouterr().out.startswith("toy ")
+    assert cli.main(["recipes", "zzz*"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == "theseus: error: no recipe matches 'zzz*'; `theseus recipes` lists them all\n"

@@ -11,7 +11,15 @@ from hypothesis import strategies as st
 from benchmarks.compare import method_overrides as compare_overrides
 from benchmarks.compare import model_of
 from theseus_zoo import cli
-from theseus_zoo.methods import METHODS, MethodSpec, parse_method, register_method, report_keys, split_methods
+from theseus_zoo.methods import (
+    METHODS,
+    MethodSpec,
+    parse_method,
+    register_method,
+    report_keys,
+    split_methods,
+    uses_search,
+)
 from theseus_zoo.recipes import get_recipe
 
 TINY = {
@@ -109,6 +117,34 @@ def test_the_benchmarks_train_a_name_as_the_command_does():
     recipe = get_recipe("toy").with_overrides(compare_overrides("theseus+kd"))
     assert recipe.method_names() == ("theseus+kd",) and recipe.for_method("theseus+kd").kd_weight == 0.0
     assert model_of("theseus+kd") == "theseus" and model_of("kd") == "baseline:kd"
+
+
+def test_a_modifier_names_the_bases_it_applies_to_and_a_modified_baseline_reports_under_its_full_name():
+    parsed = parse_method("kd(alpha=0.7)+searched")
+    assert parsed.flags == ("searched",) and str(parsed) == "kd(alpha=0.7)+searched"
+    assert [key for key, _ in report_keys(["kd", "kd+searched", "truncated+searched", "kd(alpha=0.7)+searched"])] == [
+        "baseline:kd",
+        "baseline:kd+searched",
+        "baseline:truncated+searched",
+        "baseline:kd(alpha=0.7)+searched",
+    ]
+    assert [uses_search(name) for name in ("theseus", "theseus+warmup+kd", "kd", "kd+searched")] == [
+        True,
+        True,
+        False,
+        True,
+    ]
+    for bad, message in [
+        ("direct+searched", "+searched applies to truncated, kd only; direct takes no modifier"),
+        ("truncated+kd", "+kd applies to theseus only; truncated takes +searched"),
+        ("kd+searched+searched", "names a modifier twice"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            parse_method(bad)
+    recipe = get_recipe("toy").with_overrides({"methods": ["kd+searched"], "budget": {"params": 0.5}})
+    assert recipe.method_names() == ("kd+searched",)
+    with pytest.raises(ValueError, match="give a budget"):
+        get_recipe("toy").with_overrides({"methods": ["theseus", "truncated+searched"]})
 
 
 def test_a_registered_name_cannot_be_registered_again_and_needs_an_implementation():

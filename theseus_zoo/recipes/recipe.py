@@ -18,7 +18,7 @@ from typing import Any
 
 from theseus_core.budget import KINDS
 from theseus_core.checks import is_finite_number, is_int
-from theseus_zoo.methods import method_overrides, parse_method, report_keys
+from theseus_zoo.methods import method_overrides, parse_method, report_keys, uses_search
 from theseus_zoo.registry import Registry
 
 BASELINES = ("truncated", "pretrained", "scratch", "kd", "direct")
@@ -48,7 +48,10 @@ class Phase:
     Args:
         steps: Optimizer steps.
         lr: Peak AdamW learning rate.
-        batch_size: Examples per step.
+        batch_size: Examples per step (the global batch, shared among the processes). One at or above the size of
+            the training split trains full-batch: every step sees the whole split, in a fresh order (the gnn
+            recipes' ``FULL_BATCH``), and the batch is that size, not this. Otherwise an epoch's last partial batch
+            is dropped.
         eval_every: Evaluate on the dev set (and checkpoint) every this many steps, and at the end.
         lr_schedule: ``"linear"`` (the reference: after the warm-up, decay linearly to 0 at ``steps``) or
             ``"constant"``. (default: ``"linear"``)
@@ -169,6 +172,15 @@ class Recipe:
             ``consistency_weight``; labelled and unlabelled examples must each fill a batch. ``None``: every example
             is labelled.
             (default: ``None``)
+
+    A successor per group:
+
+    Args:
+        budget: ``{"latency" | "params" | "macs": fraction of the predecessor's, "steps": ..., "lr": ...}``: a
+            search chooses a candidate for each group within the budget (`theseus_core.search`, after ``steps`` of
+            blockwise distillation at ``lr``), and every Theseus variant, and each baseline with ``+searched``
+            (``kd+searched``, ``truncated+searched``), trains that choice; the other baselines train the family's
+            successor-sized model. ``None``: no search. (default: ``None``)
     """
 
     name: str
@@ -233,8 +245,18 @@ class Recipe:
             self.for_method(name)
         if not self.method_names():
             raise ValueError("theseus is false and there are no baselines: nothing to train after the predecessor")
-        if self.budget is not None and not any(parse_method(n).base == "theseus" for n in self.method_names()):
-            raise ValueError("a budget chooses the successors of Theseus, and this run trains no Theseus variant")
+        searched = [name for name in self.method_names() if uses_search(name)]
+        if self.budget is not None and not searched:
+            raise ValueError(
+                "a budget chooses the successors of Theseus (or of a baseline with +searched, e.g. kd+searched), and "
+                "this run trains neither"
+            )
+        baselines = [name for name in searched if parse_method(name).base != "theseus"]
+        if self.budget is None and baselines:
+            raise ValueError(
+                f"method {baselines[0]!r} trains the architecture a budget search chooses: give a budget (--budget "
+                f"latency=0.4), or drop +searched"
+            )
         trained = [parse_method(name).base for name in self.method_names()]
         if "direct" in trained and self.refine is None:
             raise ValueError(
@@ -329,7 +351,8 @@ class Recipe:
         return {"methods": [variant, *baselines]}
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Recipe:
-        """A copy with fields replaced; nested dicts update ``options`` and the phases field by field."""
+        """A copy with fields replaced; nested dicts update ``options`` and the phases field by field. An invalid
+        phase field raises `ValueError` naming it as given (``replacing.steps``)."""
         changes: dict[str, Any] = {}
         for key, value in overrides.items():
             if key not in {f.name for f in dataclasses.fields(self)}:
@@ -351,7 +374,7 @@ class Recipe:
                 if unknown:
                     raise ValueError(f"unknown {key} fields {unknown}; Phase fields: {', '.join(known)}")
                 base = dataclasses.asdict(current) if current is not None else {}
-                changes[key] = Phase(**{**base, **value})
+                changes[key] = _phase(key, {**base, **value})
             else:
                 changes[key] = value
         methods = changes.get("methods", self.methods)
@@ -414,6 +437,22 @@ def with_defaults(recipe: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(filled.get(name), Mapping):
             filled[name] = {**phase_defaults, **filled[name]}
     return filled
+
+
+def _phase(name: str, fields: Mapping[str, Any]) -> Phase:
+    """Phase ``name`` of a recipe (``"replacing"``, ...) from ``fields``. Raises `ValueError` in one line that names
+    the setting as the recipe and its overrides spell it (``replacing.steps``), where `Phase` alone names its class
+    (``Phase.steps``), and one for a phase the recipe lacks given without the fields it has no default for."""
+    missing = [f.name for f in dataclasses.fields(Phase) if f.name not in fields and f.default is dataclasses.MISSING]
+    if missing:
+        raise ValueError(
+            f"the recipe has no {name} phase to take {' and '.join(missing)} from: set "
+            f"{' and '.join(f'{name}.{field}' for field in missing)} too"
+        )
+    try:
+        return Phase(**fields)
+    except ValueError as error:  # every message of Phase starts with "Phase.<field> "
+        raise ValueError(f"{name}.{str(error).removeprefix('Phase.')}") from None
 
 
 def _as_tuple(value: Any) -> Any:

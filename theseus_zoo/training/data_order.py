@@ -26,7 +26,9 @@ def labelled_split(size: int, labelled_examples: int | None) -> tuple[torch.Tens
 class DataOrder:
     """The examples each step of a stage trains on: epochs over ``indices`` (of the training split) in batches of
     ``batch_size``, the last partial batch dropped, each epoch in an order from `data_order_generator` (``seed``,
-    ``stream``, epoch). A function of the step alone, so that a resumed stage goes on exactly where it stopped."""
+    ``stream``, epoch). A function of the step alone, so that a resumed stage goes on exactly where it stopped.
+    A ``batch_size`` at or above ``len(indices)`` gives full-batch epochs of one step each: every example, every
+    step (`Phase.batch_size`)."""
 
     def __init__(self, indices: torch.Tensor, batch_size: int, seed: int, stream: str) -> None:
         self.indices, self.batch_size, self.seed, self.stream = indices, batch_size, seed, stream

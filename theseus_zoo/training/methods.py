@@ -359,7 +359,8 @@ class Baseline(Method):
     """A baseline, trained in the replacing phase's budget as one stage named by its report key
     (``"baseline:<name>"``): ``truncated`` / ``pretrained`` (the successor-sized model cut from the fine-tuned or the
     pretrained predecessor), ``scratch``, ``kd`` (distilled into the truncated start) and ``direct`` (distilled
-    into `Task.direct`), the base of its name."""
+    into `Task.direct`), the base of its name. With ``+searched`` (``truncated``, ``kd``), the model is the budget
+    search's choice instead (`searched_model`), trained like the truncated start."""
 
     @property
     def kind(self) -> str:
@@ -368,6 +369,8 @@ class Baseline(Method):
     def model(self, context: Context) -> nn.Module:
         """The baseline's model before its training; ``pretrained`` cuts a fresh `Task.build_predecessor`."""
         task = context.task
+        if "searched" in self.flags:
+            return searched_model(context)
         if self.kind == "scratch":
             return task.scratch()
         if self.kind == "direct":
@@ -388,6 +391,19 @@ class Baseline(Method):
             return Objective(predecessor_parameters(model), loss, unlabelled=unlabelled)
 
         return Trainee(model, [Stage(self.name, context.recipe.replacing, objective)], lambda: model)
+
+
+def searched_model(context: Context) -> nn.Module:
+    """The budget search's choice as the family's ordinary model: a copy of the predecessor whose groups
+    `theseus_core.replace_` replaces by copies of the chosen candidates as the search distilled them (``keep``: the
+    predecessor's own group), finalized (the plan's ``on_finalize``; the parameters outside the groups as trainable
+    as the predecessor's, the successors trainable): the model Theseus' variants finalize into, before training."""
+    if context.plan is None:  # `Recipe` refuses +searched without a budget
+        raise ValueError("+searched trains a budget search's choice, and this run has no budget")
+    model = copy.deepcopy(context.predecessor)
+    context.task.plan(model)  # prepares the model where a family must (a GNN's stepped form), as Theseus does
+    options = replace_options(context.task, context.device)
+    return th.replace_(model, context.plan, seed=context.recipe.seed, **options).finalize()
 
 
 def methods_of(recipe: Recipe) -> list[Method]:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from ..methods import report_keys, uses_search
 from ..tasks import Task
 from ..tasks.protocols import refinement, scores_examples
 from . import stats
@@ -25,6 +26,7 @@ from .search import measure_frontier, plot_search
 from .timing import latency_ratio, macs_ratio
 
 if TYPE_CHECKING:
+    from ..recipes import Recipe
     from .session import Session
 
 
@@ -70,7 +72,8 @@ def search_lines(search: dict[str, Any]) -> str:
     trail = search.get("measured_choices")
     assembled = next((entry for entry in trail or [] if entry["chosen"] == search["chosen"]), None)
     lines = [
-        f"\nTheseus' successors were searched under a {kind} budget of {fraction:g} of the predecessor's "
+        f"\nThe successors of {search.get('model', 'theseus')} were searched under a {kind} budget of {fraction:g} "
+        "of the predecessor's "
         f"({search['steps']} steps of blockwise distillation for every candidate): predicted {kind} ratio "
         f"{search['predicted_ratio']:.3f}"
         + (
@@ -218,6 +221,14 @@ def plot_curves(metrics_path: Path, png: Path, metric: str) -> None:
     plt.close(figure)
 
 
+def searched_key(recipe: Recipe) -> str | None:
+    """The report key of the run's first method that trains the budget search's choice (`uses_search`), whose
+    model the report's ``search`` measures; ``None`` without one."""
+    names = recipe.method_names()
+    keys = [key for (key, _), name in zip(report_keys(names), names, strict=True) if uses_search(name)]
+    return keys[0] if keys else None
+
+
 def write_report(session: Session, models: dict[str, nn.Module], compact: nn.Module) -> dict[str, Any]:
     """Measures every model of ``models`` (``"predecessor"`` first, then ``"theseus"`` and ``"baseline:<name>"``)
     and writes ``report.json``, ``report.md`` and ``curves.png`` into the run directory: test metrics (with a
@@ -245,16 +256,18 @@ def write_report(session: Session, models: dict[str, nn.Module], compact: nn.Mod
             report.comparisons = paired_comparisons(task, report)
     report.speedup = _speedup(task, models["predecessor"], compact, session.accelerator.device)
     report.phases = {name: record.summary() for name, record in session.state.done.items()}
-    if session.state.search is not None and "theseus" in report.models:  # what the searched model costs, measured
-        parameters = report.models["theseus"].parameters / report.models["predecessor"].parameters
-        measured = 1 / report.speedup if compact is models["theseus"] and report.speedup else None
+    searched = searched_key(recipe)
+    if session.state.search is not None and searched in models:  # what the searched model costs, measured
+        parameters = report.models[searched].parameters / report.models["predecessor"].parameters
+        measured = 1 / report.speedup if compact is models[searched] and report.speedup else None
         report.search = {
             **session.state.search,
+            "model": searched,
             "params_ratio": parameters,
             "macs_ratio": macs_ratio(
                 task.forward,
                 models["predecessor"],
-                models["theseus"],
+                models[searched],
                 to_device(task.latency_batch(), session.accelerator.device),
             ),
             "measured_latency_ratio": measured,

@@ -134,7 +134,7 @@ class Run:
             predecessor.to(session.accelerator.device)
             session.rng.restore(before)
         plan = None
-        if search is not None:  # a successor per group, under the budget, for every Theseus variant
+        if search is not None:  # a successor per group, under the budget: what every method `uses_search` trains
             session.rng.start_stream("search")
             plan, record = search.run(
                 predecessor,

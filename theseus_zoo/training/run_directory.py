@@ -30,8 +30,10 @@ class RunError(ValueError):
 
 
 class RunLock:
-    """``<out>/.lock`` holds the pid of the process writing there: a second writer is refused, naming the first;
-    a lock left by a process that no longer runs is taken over."""
+    """``<out>/.lock`` names the process writing there: its pid and, where ``/proc`` tells it, its start time
+    (`start_time`). A second writer is refused, naming the first; a lock whose process no longer runs is taken over,
+    and so is one whose pid runs but started at another time (a process that reused the pid after a crash). A lock
+    of a pid alone (written where ``/proc`` is absent, or by an older version) is held while that pid runs."""
 
     def __init__(self, out: Path) -> None:
         self.path = out / ".lock"
@@ -39,21 +41,45 @@ class RunLock:
             try:
                 descriptor = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
             except FileExistsError:
-                owner = self.path.read_text().strip()
-                if owner.isdigit() and _alive(int(owner)) and int(owner) != os.getpid():
+                owner = self.path.read_text().split()
+                if _held(owner):
                     raise RunError(
-                        f"{out} is being written by another theseus process (pid {owner}); wait for it, or stop it"
+                        f"{out} is being written by another theseus process (pid {owner[0]}); wait for it, or stop it"
                     ) from None
-                self.path.unlink(missing_ok=True)  # stale: its process is gone
+                self.path.unlink(missing_ok=True)  # stale: its process is gone, or its pid is another process's now
                 continue
+            started = start_time(os.getpid())
             with os.fdopen(descriptor, "w") as stream:
-                stream.write(f"{os.getpid()}\n")
+                stream.write(f"{os.getpid()}\n" if started is None else f"{os.getpid()} {started}\n")
             return
         raise RunError(f"cannot take the lock {self.path}")
 
     def release(self) -> None:
-        if self.path.exists() and self.path.read_text().strip() == str(os.getpid()):
+        if self.path.exists() and self.path.read_text().split()[:1] == [str(os.getpid())]:
             self.path.unlink()
+
+
+def start_time(pid: int) -> str | None:
+    """When process ``pid`` started, in clock ticks since boot (field 22 of ``/proc/<pid>/stat``): with the pid, what
+    tells the process from a later one given the same pid. ``None`` where there is no ``/proc`` (macOS, Windows) or
+    no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rpartition(")")[2].split()  # after the command name, which may hold spaces and parentheses
+    return fields[19] if len(fields) > 19 else None  # fields[0] is field 3 (the state)
+
+
+def _held(owner: list[str]) -> bool:
+    """Whether a lock holding ``owner`` (its words: pid, then start time if recorded) names another process that
+    runs: its pid alive and, when both are known, started when the lock says."""
+    if not owner or not owner[0].isdigit() or int(owner[0]) == os.getpid() or not _alive(int(owner[0])):
+        return False
+    if len(owner) < 2:  # a pid alone: alive is all there is to go on
+        return True
+    started = start_time(int(owner[0]))
+    return started is None or started == owner[1]
 
 
 def _alive(pid: int) -> bool:

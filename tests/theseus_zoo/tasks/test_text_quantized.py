@@ -163,7 +163,7 @@ def test_a_run_killed_in_a_refine_phase_resumes_to_the_same_result(
         ({"num_layers": 5}, {}, "num_layers must be an integer in [1, 4] for"),
         ({"quantize": "binary"}, {}, "the recipe has a refine phase, but the bert family has nothing to refine"),
         ({}, {"refine": None}, "the direct baseline is the refined form built directly from the predecessor"),
-        ({}, {"refine": {"steps": 0}}, "Phase.steps must be an integer >= 1"),
+        ({}, {"refine": {"steps": 0}}, "refine.steps must be an integer >= 1"),
     ],
 )
 def test_bad_options_end_in_one_line_before_anything_is_written(

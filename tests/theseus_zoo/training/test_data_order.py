@@ -51,6 +51,17 @@ def test_a_steps_batch_depends_on_the_step_alone_and_every_example_once_an_epoch
     assert len(set(epoch.tolist())) == len(epoch) == (min(size, batch) if size < batch else size - size % batch)
 
 
+def test_a_batch_above_the_split_trains_full_batch_every_step_in_a_fresh_order():
+    """What a recipe's ``batch_size`` above the training split gives (the gnn recipes' ``FULL_BATCH``): one step an
+    epoch, each the whole split, never an empty or repeated batch."""
+    indices = torch.arange(10, 17)
+    order = DataOrder(indices, 100_000, 0, "compression")
+    assert order.steps_per_epoch == 1
+    batches = [order.batch(step) for step in range(4)]
+    assert all(sorted(batch.tolist()) == indices.tolist() for batch in batches)
+    assert len({tuple(batch.tolist()) for batch in batches}) > 1
+
+
 def test_few_labels_reach_only_label_free_losses_and_the_predecessor_is_shared_only_alike(tmp_path, monkeypatch):
     """Which training examples each stage collates and which of them its task loss (the criterion) scores, spied
     on a run of the toy with 100 of 4,000 labels."""

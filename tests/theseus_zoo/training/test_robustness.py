@@ -204,8 +204,8 @@ def test_a_non_finite_loss_stops_the_run_with_one_line_and_keeps_the_checkpoint(
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"replacing": {"steps": 30, "lr": float("inf")}}, "Phase.lr must be a finite number"),
-        ({"replacing": {"steps": 30, "lr": True}}, "Phase.lr must be a finite number"),
+        ({"replacing": {"steps": 30, "lr": float("inf")}}, "replacing.lr must be a finite number"),
+        ({"replacing": {"steps": 30, "lr": True}}, "replacing.lr must be a finite number"),
         ({"replacing": {"learning_rate": 1e-3}}, "unknown replacing fields ['learning_rate']; Phase fields: steps"),
         ({"replacing": 30}, "replacing must be an object of Phase fields"),
         ({"schedule_base": "0.3"}, "schedule_base must be a number in [0, 1]"),

@@ -52,7 +52,9 @@ def test_a_budget_searches_the_successors_theseus_trains_and_exports(tmp_path, m
         (["--budget", "latency=1.5"], "a budget is a fraction of the predecessor's latency in (0, 1), got 1.5"),
         (["--budget", "params=0.01"], "below what the cheapest candidates reach"),
         (["--budget", "macs=0.001"], "below what the cheapest candidates reach"),
-        (["--budget", "params=0.5", "--methods", "truncated,kd"], "this run trains no Theseus variant"),
+        (["--budget", "params=0.5", "--methods", "truncated,kd"], "and this run trains neither"),
+        (["--methods", "theseus,kd+searched"], "method 'kd+searched' trains the architecture a budget search chooses"),
+        (["--budget", "params=0.5", "--methods", "scratch+searched"], "+searched applies to truncated, kd only"),
         (["--budget", "latency=0.5,latency=0.3"], "--budget gives latency= twice"),
     ],
 )
@@ -204,6 +206,34 @@ def test_a_budget_on_the_toy_exports_a_shorter_toy_stack(tmp_path):
         size if name == "keep" else 0 if name == "skip" else 1
         for size, name in zip(sizes, search["chosen"].values(), strict=True)
     )
+
+
+def test_a_searched_baseline_trains_the_architecture_theseus_trains_and_the_search_measures_its_export(tmp_path):
+    methods = "kd+searched,theseus+warmup+kd,truncated+searched,kd"
+    search, out = searched(tmp_path, "toy", (10, 6), "--methods", methods, "--budget", "params=0.5,steps=5")
+    report = json.loads((out / "report.json").read_text())
+    models = report["models"]
+    assert list(models) == [
+        "predecessor",
+        "baseline:kd+searched",
+        "theseus",
+        "baseline:truncated+searched",
+        "baseline:kd",
+    ]
+    # one choice for every method that uses it: the same architecture, whatever trained it
+    searched_parameters = {models[key]["parameters"] for key in ("baseline:kd+searched", "theseus")}
+    assert searched_parameters == {models["baseline:truncated+searched"]["parameters"]}
+    assert {"baseline:kd+searched", "baseline:truncated+searched", "replacing", "warmup"} <= set(report["phases"])
+    # the search measures the first method that trains its choice: the exported model, as predicted
+    assert search["model"] == "baseline:kd+searched"
+    assert search["params_ratio"] == pytest.approx(search["predicted_ratio"], rel=1e-9)
+    kept = json.loads((out / "model" / "config.json").read_text())["num_blocks"]
+    sizes = [3, 3, 2]  # the toy's groups of its 8 blocks
+    assert kept == sum(
+        size if name == "keep" else 0 if name == "skip" else 1
+        for size, name in zip(sizes, search["chosen"].values(), strict=True)
+    )
+    assert "The successors of baseline:kd+searched were searched" in (out / "report.md").read_text()
 
 
 def test_a_latency_search_measures_its_choices_and_keeps_one_measured_within_the_budget(tmp_path):
