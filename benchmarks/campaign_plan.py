@@ -184,6 +184,16 @@ class Campaign:
             description=data.get("description", ""),
             edge_extensions=extensions,
         )
+        for cell in campaign.cells:  # every run's recipe as it would train, before any run (nothing is built)
+            for method in campaign.methods_of(cell):
+                for setting in campaign.methods[method]:
+                    try:
+                        get_recipe(campaign.cells[cell]["recipe"]).with_overrides(
+                            campaign.overrides_of(cell, method, setting)
+                        )
+                    except (KeyError, ValueError) as error:
+                        message = error.args[0] if isinstance(error, KeyError) and error.args else error
+                        raise ValueError(f"campaign {name}: cell {cell}, {method} at {setting}: {message}") from None
         campaign.archive = (archive or ARCHIVE) / name
         campaign.runs_root = (runs_root or Path("runs/campaigns")) / name
         return campaign

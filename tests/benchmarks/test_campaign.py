@@ -108,6 +108,27 @@ def test_an_unknown_method_or_campaign_is_refused_before_any_run(tmp_path, capsy
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_run_its_recipe_would_refuse_is_refused_when_the_campaign_loads(tmp_path):
+    definition = {
+        "cells": {
+            "searched": {"recipe": "toy", "overrides": {"budget": {"params": 0.5}}, "methods": ["kd+searched"]},
+            "uniform": {"recipe": "toy", "methods": ["kd"]},
+            "all": {"recipe": "toy"},  # every method of the campaign: kd+searched too, without a budget
+        },
+        "methods": {"kd": {"a": {}}, "kd+searched": {"a": {}}},
+        "grid_seeds": [0],
+        "final_seeds": [0],
+    }
+    (tmp_path / "mixed.json").write_text(json.dumps(definition))
+    with pytest.raises(ValueError, match=r"cell all, kd\+searched at a: method 'kd\+searched' trains the architecture"):
+        Campaign.load(tmp_path / "mixed.json")
+    definition["cells"]["all"]["overrides"] = {"replacing": {"steps": 0}}
+    definition["cells"]["all"]["methods"] = ["kd"]
+    (tmp_path / "mixed.json").write_text(json.dumps(definition))
+    with pytest.raises(ValueError, match=r"cell all, kd at a: replacing.steps"):
+        Campaign.load(tmp_path / "mixed.json")
+
+
 def test_a_campaign_whose_runs_left_read_a_missing_asset_refuses_to_start(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("THESEUS_CACHE", str(tmp_path / "empty-cache"))
     cells = {
