@@ -96,9 +96,13 @@ def execute(campaign: Campaign, run: CampaignRun, threads: int) -> Report:
     outputs = predecessor_outputs(report.to_dict())
     for other in siblings[:1]:
         if not same_predecessor(outputs, predecessor_outputs(campaign.report(other).to_dict())):
+            provenance = campaign.archive / other.path / PROVENANCE
+            archived = json.loads(provenance.read_text()).get("environment", {}) if provenance.exists() else {}
             raise RuntimeError(
-                f"{run}: its predecessor differs from the archived {other}'s (another machine or library build?): "
-                "the campaign stops; the run's report is kept in its run directory, not archived"
+                f"{run}: its predecessor differs from the archived {other}'s (that one fine-tuned on "
+                f"{machine(archived)}, this one on {machine(environment())}: a seed continues only where its "
+                "predecessor fine-tunes alike): the campaign stops; the run's report is kept in its run directory, "
+                "not archived"
             )
     target = campaign.archive / run.path
     target.mkdir(parents=True, exist_ok=True)
@@ -119,6 +123,11 @@ def execute(campaign: Campaign, run: CampaignRun, threads: int) -> Report:
         if campaign.predecessor_source(run) != directory.resolve():
             clean(directory)
     return report
+
+
+def machine(environment: dict[str, Any]) -> str:
+    """A provenance's machine in words: processor, torch."""
+    return f"{environment.get('processor') or 'an unrecorded processor'}, torch {environment.get('torch', '?')}"
 
 
 def archive_report(source: Path, target: Path) -> None:

@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -10,7 +11,7 @@ import time
 
 import pytest
 
-from benchmarks.campaign import Campaign, CampaignRun, format_status, main, next_runs, run_campaign
+from benchmarks.campaign import Campaign, CampaignRun, execute, format_status, main, next_runs, run_campaign
 
 TINY = {
     "predecessor": {"steps": 20, "eval_every": 10},
@@ -88,6 +89,29 @@ def test_a_campaign_runs_what_is_left_resumes_a_killed_job_and_skips_what_is_don
     arguments = ["--campaigns", str(tmp_path / "campaigns"), "--archive", str(tmp_path / "archive")]
     assert main(["status", "toy", *arguments, "--runs", str(tmp_path / "runs")]) == 0
     assert "chosen" in capsys.readouterr().out
+
+
+def test_a_predecessor_fine_tuned_unlike_the_archived_one_stops_the_campaign_naming_both_machines(tmp_path):
+    campaign = toy_campaign(tmp_path)
+    first, second = CampaignRun("toy", "truncated", "lr1e-3", 0), CampaignRun("toy", "truncated", "lr3e-3", 0)
+    execute(campaign, first, threads=1)
+    archived = campaign.archive / first.path
+    report = json.loads((archived / "report.json").read_text())  # as if fine-tuned elsewhere, to other outputs
+    test = report["models"]["predecessor"]
+    key = "test_predictions" if test.get("test_predictions") is not None else "test"
+    test[key] = (
+        [value + 1 for value in test[key]] if key == "test_predictions" else {m: v + 1 for m, v in test[key].items()}
+    )
+    (archived / "report.json").write_text(json.dumps(report))
+    provenance = json.loads((archived / "provenance.json").read_text())
+    provenance["environment"]["processor"] = "Another CPU"
+    (archived / "provenance.json").write_text(json.dumps(provenance))
+    shutil.rmtree(campaign.runs_root)  # a new machine: the predecessor is fine-tuned again by the next run
+
+    with pytest.raises(RuntimeError, match="predecessor differs") as raised:
+        execute(campaign, second, threads=1)
+    assert "that one fine-tuned on Another CPU, torch" in str(raised.value)
+    assert not campaign.done(second) and (campaign.runs_root / second.path / "report.json").exists()
 
 
 def test_an_unknown_method_or_campaign_is_refused_before_any_run(tmp_path, capsys):
