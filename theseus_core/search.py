@@ -469,8 +469,8 @@ class CandidateLibrary:
         predecessor's (`solve`), at least one of them with parameters to train. Raises `ValueError` in one line for a
         budget outside (0, 1), one that even the cheapest candidates exceed, or one that only parameter-free choices
         fit (`check_budget`)."""
+        self._check_entries("scores", scores)  # the inputs first: what they say must not hang on measured costs
         self.check_budget(costs, budget, kind)
-        self._check_entries("scores", scores)
         names, table, total = self._table(costs, kind)
         rest = costs[1].of(kind)
         limit = budget * total - rest
