@@ -176,14 +176,17 @@ def next_runs(
     device: str = "cpu",
 ) -> list[CampaignRun]:
     """Up to ``slots`` runs of ``device``'s seeds (`Campaign.device_of`) to start now, in the campaign's order: not
-    done, not in flight, and not a second run of a (cell, seed) whose predecessor is being fine-tuned (its first run
-    must finish before the others can take it)."""
+    done, not in flight, not waiting for the architecture it takes (`Campaign.waits_for_search`), and not a second
+    run of a (cell, seed) whose predecessor is being fine-tuned (its first run must finish before the others can take
+    it)."""
     chosen: list[CampaignRun] = []
     busy = {campaign.predecessor_key(run) for run in in_flight if campaign.predecessor_source(run) is None}
     for run in campaign.runs():
         if len(chosen) == slots:
             break
         if campaign.done(run) or run in in_flight or run in chosen or campaign.device_of(run) != device:
+            continue
+        if campaign.waits_for_search(run):
             continue
         key = campaign.predecessor_key(run)
         if campaign.predecessor_source(run) is None:

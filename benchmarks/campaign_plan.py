@@ -16,7 +16,10 @@ method (`Campaign.settings`). A setting that sets a learning rate is named by it
 
 A cell runs every method of the campaign, or the ones its ``methods`` lists (a cell that searches a successor per
 group under a ``budget`` trains the best variant alone, and is compared ``against`` the cells whose uniform
-successors it should beat: cells on the same predecessors, `benchmarks.campaign_results`).
+successors it should beat: cells on the same predecessors, `benchmarks.campaign_results`). With ``search_from:
+METHOD``, the cell's other methods (``kd+searched``) train, seed by seed, the architecture METHOD's run at its chosen
+setting chose (the recipe's ``budget.chosen``: a latency search chooses anew in every run, by its measurements), and
+wait for that run (`Campaign.search_source`).
 
 Predecessors: one per (cell, seed), shared by the seed's methods (`Campaign.predecessor_record`); a cell with
 ``predecessor_from: OTHER`` takes OTHER's predecessor of each seed (recipes whose predecessor phase is the same,
@@ -184,7 +187,17 @@ class Campaign:
             description=data.get("description", ""),
             edge_extensions=extensions,
         )
+        campaign.archive = (archive or ARCHIVE) / name
+        campaign.runs_root = (runs_root or Path("runs/campaigns")) / name
         for cell in campaign.cells:  # every run's recipe as it would train, before any run (nothing is built)
+            source = campaign.cells[cell].get("search_from")
+            if source is not None and (
+                source not in campaign.methods_of(cell) or "budget" not in campaign.cells[cell].get("overrides", {})
+            ):
+                raise ValueError(
+                    f"campaign {name}: cell {cell} takes its architecture from {source!r}'s runs (search_from): a "
+                    "method of the cell, which has a budget"
+                )
             for method in campaign.methods_of(cell):
                 for setting in campaign.methods[method]:
                     try:
@@ -194,8 +207,6 @@ class Campaign:
                     except (KeyError, ValueError) as error:
                         message = error.args[0] if isinstance(error, KeyError) and error.args else error
                         raise ValueError(f"campaign {name}: cell {cell}, {method} at {setting}: {message}") from None
-        campaign.archive = (archive or ARCHIVE) / name
-        campaign.runs_root = (runs_root or Path("runs/campaigns")) / name
         return campaign
 
     # ------------------------------------------------------------------------------------------- what to run
@@ -379,8 +390,39 @@ class Campaign:
 
     # ------------------------------------------------------------------------------------------- running one
     def overrides(self, run: CampaignRun) -> dict[str, Any]:
-        """The recipe overrides ``run`` trains with: the cell's, the setting's, and its one method."""
-        return self.overrides_of(run.cell, run.method, run.setting)
+        """The recipe overrides ``run`` trains with: the cell's, the setting's, and its one method; in a cell with
+        ``search_from``, the architecture that method's run of the seed chose (`search_source`) as the budget's
+        ``chosen``. Raises `ValueError` while that run is not archived (`waits_for_search`)."""
+        overrides = self.overrides_of(run.cell, run.method, run.setting)
+        if self.waits_for_search(run):
+            method = self.cells[run.cell]["search_from"]
+            raise ValueError(
+                f"{run} takes the architecture {method}'s run of its seed chose, which is not archived yet"
+            )
+        source = self.search_source(run)
+        if source is not None:
+            report = self.report(source)
+            assert report is not None and report.search is not None  # done, and searched: its method has the budget
+            overrides["budget"] = {**overrides["budget"], "chosen": report.search["chosen"]}
+        return overrides
+
+    def search_source(self, run: CampaignRun) -> CampaignRun | None:
+        """In a cell with ``search_from`` (a method of the cell), the run whose searched architecture ``run`` trains
+        (that method's, at its chosen setting, of the same seed): every method of the cell then trains one
+        architecture per seed, where a latency search would choose anew, by its measurements, in every run. ``None``
+        for a cell without it, for that method's own runs, and before its grid has chosen."""
+        method = self.cells[run.cell].get("search_from")
+        if method is None or run.method == method:
+            return None
+        setting = self.chosen(run.cell, method)
+        return None if setting is None else CampaignRun(run.cell, method, setting, run.seed)
+
+    def waits_for_search(self, run: CampaignRun) -> bool:
+        """Whether ``run`` must wait for the run whose architecture it takes (`search_source`) to be archived."""
+        if self.cells[run.cell].get("search_from") in (None, run.method):
+            return False
+        source = self.search_source(run)
+        return source is None or not self.done(source)
 
     def overrides_of(self, cell_name: str, method: str, setting_name: str) -> dict[str, Any]:
         """The recipe overrides of ``method`` at ``setting_name`` in ``cell_name`` (`overrides`)."""
@@ -400,7 +442,9 @@ class Campaign:
         from theseus_zoo.tasks.protocols import assets_read
 
         names: set[str] = set()
-        for cell, method, setting in {(run.cell, run.method, run.setting) for run in (runs or self.runs())}:
+        for cell, method, setting in {
+            (run.cell, run.method, run.setting) for run in (self.runs() if runs is None else runs)
+        }:
             recipe = get_recipe(self.cells[cell]["recipe"]).with_overrides(self.overrides_of(cell, method, setting))
             names.update(assets_read(build_task(recipe.family, recipe.options, recipe.seed)))
         return sorted(names)

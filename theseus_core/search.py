@@ -328,7 +328,7 @@ class CandidateLibrary:
         minus the mean soft loss against the reference's own logits over ``batches``; what `scores` measures for one
         group at a time, so a choice of one candidate scores as that candidate does. Unlike a summed score, it sees
         what the groups do together. ``batches``: any iterable, read once."""
-        self._check_choice(chosen)
+        self.check_choice(chosen)
         batches = list(batches)
         references = [self.record(batch, forward)[0] for batch in batches]
         return self._soft_score(chosen, batches, references, forward)
@@ -566,7 +566,7 @@ class CandidateLibrary:
         """``chosen`` (a candidate name per group) as a `Choice`: its summed score and predicted cost ratio, its own
         summed cost as ``limit``, no budget. Raises `ValueError` for a choice that does not name a candidate of this
         library for every group."""
-        self._check_choice(chosen)
+        self.check_choice(chosen)
         _, _, total = self._table(costs, kind)
         per_key, rest = costs
         used = sum(per_key[(path, chosen[path])].of(kind) for path in self.paths)
@@ -592,7 +592,8 @@ class CandidateLibrary:
                 f"{how[what]} of this library"
             )
 
-    def _check_choice(self, chosen: Mapping[str, str]) -> None:
+    def check_choice(self, chosen: Mapping[str, str]) -> None:
+        """Raises `ValueError` in one line unless ``chosen`` names a candidate of this library for every group."""
         if set(chosen) != set(self.paths):
             raise ValueError(f"a choice names one candidate for each group {self.paths}, got {sorted(chosen)}")
         for path in self.paths:
@@ -604,7 +605,7 @@ class CandidateLibrary:
         candidate as distilled when `replace_` runs (a plan may serve several replacements, each its own copies),
         the library's ``on_finalize`` and ``more_examples`` kept."""
         chosen = choice.chosen if isinstance(choice, Choice) else dict(choice)
-        self._check_choice(chosen)
+        self.check_choice(chosen)
         specs = []
         for path in self.paths:
             successor = self.successors[(path, chosen[path])]

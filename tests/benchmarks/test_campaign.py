@@ -114,6 +114,45 @@ def test_a_predecessor_fine_tuned_unlike_the_archived_one_stops_the_campaign_nam
     assert not campaign.done(second) and (campaign.runs_root / second.path / "report.json").exists()
 
 
+def test_a_cell_with_search_from_trains_the_architecture_its_variant_chose_seed_by_seed(tmp_path):
+    pytest.importorskip("scipy")
+    definition = {
+        "cells": {
+            "searched": {
+                "recipe": "toy",
+                "overrides": {**TINY, "budget": {"params": 0.5, "steps": 3}},
+                "search_from": "theseus",
+            }
+        },
+        "methods": {"theseus": {"a": {}}, "kd+searched": {"b": {}}},
+        "grid_seeds": [0],
+        "final_seeds": [0],
+    }
+    (tmp_path / "campaigns").mkdir()
+    (tmp_path / "campaigns" / "s.json").write_text(json.dumps(definition))
+    campaign = Campaign.load(
+        tmp_path / "campaigns" / "s.json", archive=tmp_path / "archive", runs_root=tmp_path / "runs"
+    )
+    variant, distilled = CampaignRun("searched", "theseus", "a", 0), CampaignRun("searched", "kd+searched", "b", 0)
+    assert campaign.waits_for_search(distilled) and not campaign.waits_for_search(variant)
+    assert next_runs(campaign, set(), 2) == [variant]  # the KD run waits for the architecture it takes
+    with pytest.raises(ValueError, match="not archived yet"):
+        campaign.overrides(distilled)
+
+    execute(campaign, variant, threads=1)
+    chosen = campaign.report(variant).search["chosen"]
+    assert campaign.search_source(distilled) == variant and not campaign.waits_for_search(distilled)
+    assert campaign.overrides(distilled)["budget"] == {"params": 0.5, "steps": 3, "chosen": chosen}
+    execute(campaign, distilled, threads=1)
+    search = campaign.report(distilled).search
+    assert search["chosen"] == chosen and search["given"] is True and search["model"] == "baseline:kd+searched"
+
+    definition["cells"]["searched"]["search_from"] = "kd"  # not a method of the cell
+    (tmp_path / "campaigns" / "s.json").write_text(json.dumps(definition))
+    with pytest.raises(ValueError, match="search_from"):
+        Campaign.load(tmp_path / "campaigns" / "s.json")
+
+
 def test_an_unknown_method_or_campaign_is_refused_before_any_run(tmp_path, capsys):
     (tmp_path / "bad.json").write_text(
         json.dumps(

@@ -180,7 +180,11 @@ class Recipe:
             search chooses a candidate for each group within the budget (`theseus_core.search`, after ``steps`` of
             blockwise distillation at ``lr``), and every Theseus variant, and each baseline with ``+searched``
             (``kd+searched``, ``truncated+searched``), trains that choice; the other baselines train the family's
-            successor-sized model. ``None``: no search. (default: ``None``)
+            successor-sized model. With ``"chosen"`` (group path -> candidate name, as a run's
+            ``report.json["search"]["chosen"]``), the candidates are distilled as always and that choice is taken
+            instead of solving for one: another method, or another seed's run on the same predecessor, trains the
+            same architecture (a latency search's choice varies between runs with its measurements). ``None``: no
+            search. (default: ``None``)
     """
 
     name: str
@@ -409,12 +413,13 @@ fraction of the predecessor's."""
 
 def check_budget(budget: Any) -> None:
     """Raises `ValueError` in one line unless ``budget`` is ``{kind: fraction in (0, 1)}`` for one of
-    `BUDGET_KINDS`, with optional ``steps`` (an integer >= 1) and ``lr`` (> 0)."""
+    `BUDGET_KINDS`, with optional ``steps`` (an integer >= 1), ``lr`` (> 0) and ``chosen`` (group path ->
+    candidate name)."""
     if not isinstance(budget, Mapping):
         raise ValueError(f"budget must be an object like {{'latency': 0.5}}, got {budget!r}")
-    unknown = sorted(set(budget) - {*BUDGET_KINDS, "steps", "lr"})
+    unknown = sorted(set(budget) - {*BUDGET_KINDS, "steps", "lr", "chosen"})
     if unknown:
-        raise ValueError(f"budget: unknown field {unknown[0]!r}; it takes latency, params or macs, steps, lr")
+        raise ValueError(f"budget: unknown field {unknown[0]!r}; it takes latency, params or macs, steps, lr, chosen")
     kinds = [kind for kind in BUDGET_KINDS if kind in budget]
     if len(kinds) != 1:
         raise ValueError(f"a budget names one of latency=, params= or macs=, got {dict(budget)}")
@@ -425,6 +430,14 @@ def check_budget(budget: Any) -> None:
         raise ValueError(f"budget steps must be an integer >= 1, got {budget['steps']!r}")
     if "lr" in budget and not (is_finite_number(budget["lr"]) and budget["lr"] > 0):
         raise ValueError(f"budget lr must be a number > 0, got {budget['lr']!r}")
+    chosen = budget.get("chosen")
+    if "chosen" in budget and not (
+        isinstance(chosen, Mapping) and chosen and all(isinstance(v, str) for v in [*chosen, *chosen.values()])
+    ):
+        raise ValueError(
+            f"budget chosen names a candidate per group, like a run's report.json search.chosen "
+            f"({{'layer1[0:2]': 'skip', ...}}), got {chosen!r}"
+        )
 
 
 def with_defaults(recipe: Mapping[str, Any]) -> dict[str, Any]:

@@ -72,8 +72,9 @@ def search_lines(search: dict[str, Any]) -> str:
     trail = search.get("measured_choices")
     assembled = next((entry for entry in trail or [] if entry["chosen"] == search["chosen"]), None)
     lines = [
-        f"\nThe successors of {search.get('model', 'theseus')} were searched under a {kind} budget of {fraction:g} "
-        "of the predecessor's "
+        f"\nThe successors of {search.get('model', 'theseus')} were "
+        + ("the recipe's choice (budget.chosen), priced" if search.get("given") else "searched")
+        + f" under a {kind} budget of {fraction:g} of the predecessor's "
         f"({search['steps']} steps of blockwise distillation for every candidate): predicted {kind} ratio "
         f"{search['predicted_ratio']:.3f}"
         + (
@@ -222,11 +223,12 @@ def plot_curves(metrics_path: Path, png: Path, metric: str) -> None:
 
 
 def searched_key(recipe: Recipe) -> str | None:
-    """The report key of the run's first method that trains the budget search's choice (`uses_search`), whose
-    model the report's ``search`` measures; ``None`` without one."""
+    """The report key of the model trained on the budget search's choice that the report's ``search`` measures:
+    Theseus' (the exported model) when the run trains it, else the first method that `uses_search`; ``None``
+    without one."""
     names = recipe.method_names()
     keys = [key for (key, _), name in zip(report_keys(names), names, strict=True) if uses_search(name)]
-    return keys[0] if keys else None
+    return "theseus" if "theseus" in keys else next(iter(keys), None)
 
 
 def write_report(session: Session, models: dict[str, nn.Module], compact: nn.Module) -> dict[str, Any]:

@@ -152,7 +152,8 @@ class Run:
             context = Context(self.task, recipe.for_method(method.full_name), predecessor, device, plan)
             models[method.name] = self._train(method, context)
         # rank 0 tests, times, exports and writes; the others wait for its report (and so for its files)
-        compact = next(model for name, model in models.items() if name != "predecessor")
+        # the exported model: Theseus', else the first method's (a run of baselines alone exports nothing)
+        compact = models["theseus"] if "theseus" in models else next(m for n, m in models.items() if n != "predecessor")
         report = ranks.from_rank_zero(write_report(session, models, compact) if self.main else None)
         if self.main and not self.keep_checkpoints:  # finished: one checkpoint is all a later run reads
             previous_of(self.out / CHECKPOINT).unlink(missing_ok=True)

@@ -37,6 +37,7 @@ class RunLock:
 
     def __init__(self, out: Path) -> None:
         self.path = out / ".lock"
+        started = start_time(os.getpid())  # read before the file exists: it is empty for as short a time as can be
         for _ in range(2):
             try:
                 descriptor = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
@@ -48,7 +49,6 @@ class RunLock:
                     ) from None
                 self.path.unlink(missing_ok=True)  # stale: its process is gone, or its pid is another process's now
                 continue
-            started = start_time(os.getpid())
             with os.fdopen(descriptor, "w") as stream:
                 stream.write(f"{os.getpid()}\n" if started is None else f"{os.getpid()} {started}\n")
             return

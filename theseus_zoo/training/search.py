@@ -141,6 +141,7 @@ class BudgetSearch:
         self.kind = next(kind for kind in BUDGET_KINDS if kind in recipe.budget)
         self.fraction = float(recipe.budget[self.kind])
         self.steps, self.lr = int(recipe.budget.get("steps", 100)), float(recipe.budget.get("lr", 1e-3))
+        self.given: dict[str, str] | None = recipe.budget.get("chosen")
 
     def library(self, predecessor: nn.Module) -> CandidateLibrary:
         """Every candidate the family offers for ``predecessor``'s groups, built and verified."""
@@ -195,7 +196,14 @@ class BudgetSearch:
         latency budget below the cheapest choice by their times is refused only when that choice, assembled
         (`measure`), measures over it too: `run` then searches from it (`CandidateLibrary.choose_measured`)."""
         library = self.library(predecessor)
+        if self.given is not None:
+            try:
+                library.check_choice(self.given)
+            except ValueError as error:
+                raise ValueError(f"budget chosen: {error}") from None
         costs = library.costs(self.cost_batch(), self.task.logits)
+        if self.given is not None:  # chosen under this budget before: nothing to refuse by its predicted cost
+            return costs
         try:
             library.check_budget(costs, self.fraction, self.kind)
         except ValueError as predicted:
@@ -276,7 +284,10 @@ class BudgetSearch:
             return library.plan(saved["chosen"]), saved
         scores = library.scores(score, self.task.logits)
         trail = None
-        if self.kind == "latency":  # the candidates' times need not add up: each choice assembled and measured
+        if self.given is not None:  # the recipe's choice: priced, not solved for (its exported cost is measured)
+            choice = library.priced(self.given, scores, costs, self.kind)
+            within = None if self.kind == "latency" else choice.predicted_ratio <= self.fraction
+        elif self.kind == "latency":  # the candidates' times need not add up: each choice assembled and measured
             bar = tqdm(desc="search: measure choices", unit="choice", disable=not progress, leave=False)
 
             def measure(chosen: dict[str, str]) -> float:
@@ -309,6 +320,7 @@ class BudgetSearch:
             "budget": {self.kind: self.fraction},
             "steps": self.steps,
             "chosen": choice.chosen,
+            "given": self.given is not None,  # the recipe's budget named it (budget.chosen)
             "predicted_ratio": choice.predicted_ratio,
             "measured_choices": trail,
             "within_budget": within,

@@ -224,8 +224,8 @@ def test_a_searched_baseline_trains_the_architecture_theseus_trains_and_the_sear
     searched_parameters = {models[key]["parameters"] for key in ("baseline:kd+searched", "theseus")}
     assert searched_parameters == {models["baseline:truncated+searched"]["parameters"]}
     assert {"baseline:kd+searched", "baseline:truncated+searched", "replacing", "warmup"} <= set(report["phases"])
-    # the search measures the first method that trains its choice: the exported model, as predicted
-    assert search["model"] == "baseline:kd+searched"
+    # the search measures the model it exports, Theseus' (listed second), as predicted
+    assert search["model"] == "theseus" and search["measured_latency_ratio"] == pytest.approx(1 / report["speedup"])
     assert search["params_ratio"] == pytest.approx(search["predicted_ratio"], rel=1e-9)
     kept = json.loads((out / "model" / "config.json").read_text())["num_blocks"]
     sizes = [3, 3, 2]  # the toy's groups of its 8 blocks
@@ -233,7 +233,32 @@ def test_a_searched_baseline_trains_the_architecture_theseus_trains_and_the_sear
         size if name == "keep" else 0 if name == "skip" else 1
         for size, name in zip(sizes, search["chosen"].values(), strict=True)
     )
-    assert "The successors of baseline:kd+searched were searched" in (out / "report.md").read_text()
+    assert "The successors of theseus were searched" in (out / "report.md").read_text()
+
+
+def test_a_budget_that_names_its_choice_trains_that_choice_and_a_choice_it_cannot_build_is_refused(tmp_path, capsys):
+    search, _ = searched(tmp_path, "toy", (10, 6), "--methods", "theseus", "--budget", "params=0.5,steps=3")
+    given = {path: "skip" for path in search["chosen"]} | {next(iter(search["chosen"])): "keep"}
+    assert given != search["chosen"]
+    config = tmp_path / "given.json"
+    phases = {"predecessor": {"steps": 10, "eval_every": 5}, "replacing": {"steps": 6, "eval_every": 2}}
+    config.write_text(json.dumps({**phases, "steps_to_one": 3, "budget": {"params": 0.5, "steps": 3, "chosen": given}}))
+    out = tmp_path / "given"
+    args = ["compress", "--recipe", "toy", "--config", str(config), "--no-progress", "--methods", "kd+searched"]
+    assert cli.main([*args, "--out", str(out)]) == 0
+    record = json.loads((out / "report.json").read_text())["search"]
+    assert record["chosen"] == given and record["given"] is True and record["model"] == "baseline:kd+searched"
+    assert "the recipe's choice (budget.chosen), priced under a params budget" in (out / "report.md").read_text()
+
+    bad = {**given, next(iter(given)): "mobilenet"}
+    config.write_text(json.dumps({**phases, "steps_to_one": 3, "budget": {"params": 0.5, "chosen": bad}}))
+    assert cli.main([*args, "--out", str(tmp_path / "bad")]) == 2
+    error = capsys.readouterr().err
+    assert "budget chosen: group" in error and "has no candidate 'mobilenet'" in error
+    assert len(error.strip().splitlines()) == 1 and not (tmp_path / "bad").exists()
+    config.write_text(json.dumps({"budget": {"params": 0.5, "chosen": ["skip"]}}))
+    assert cli.main([*args, "--out", str(tmp_path / "bad")]) == 2
+    assert "budget chosen names a candidate per group" in capsys.readouterr().err
 
 
 def test_a_latency_search_measures_its_choices_and_keeps_one_measured_within_the_budget(tmp_path):
