@@ -56,7 +56,14 @@ def stage_steps(
     each with one training step as a function of the replacing rate: the model, parameters, loss and optimizer of
     the trainer's own code (`theseus_zoo.training.methods`, `theseus_zoo.training.loop.optimizer_for`); with
     ``unlabelled_batch``, the loss's label-free part (if it has one) is also applied to it, as the loop does with few
-    labels. Returns the stages with their steps, and the model they train."""
+    labels. Returns the stages with their steps, and the model they train. A recipe with a ``budget`` is refused
+    (`ValueError`): the search that chooses its architecture runs in `theseus compress` alone, and timing the
+    family's uniform plan in its place would price another model."""
+    if recipe.budget is not None:
+        raise ValueError(
+            f"{recipe.name} has a budget: its steps train a searched architecture, which only theseus compress builds; "
+            "time a run of it instead"
+        )
     recipe = recipe.with_overrides({**method_overrides(method), "predecessor": None})
     task = build_task(recipe.family, recipe.options, recipe.seed)
     task.check()

@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import torch
 
 from benchmarks import step_cost
@@ -57,3 +58,11 @@ def test_with_few_labels_only_a_distilling_step_also_scores_the_unlabelled_batch
 
     assert not same(after_one_step("kd", None), after_one_step("kd", unlabelled))  # its soft loss sees them
     assert same(after_one_step("truncated", None), after_one_step("truncated", unlabelled))  # labels only
+
+
+def test_a_recipe_with_a_budget_is_refused_rather_than_timed_on_another_architecture():
+    recipe = get_recipe("toy").with_overrides({"budget": {"params": 0.5}})
+    task = build_task(recipe.family, recipe.options, recipe.seed)
+    batch = task.collate(task.dataset("train")[:8])
+    with pytest.raises(ValueError, match="has a budget"):
+        step_cost.stage_steps("theseus", recipe, task.build_predecessor(), batch)

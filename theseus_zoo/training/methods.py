@@ -398,8 +398,11 @@ def searched_model(context: Context) -> nn.Module:
     `theseus_core.replace_` replaces by copies of the chosen candidates as the search distilled them (``keep``: the
     predecessor's own group), finalized (the plan's ``on_finalize``; the parameters outside the groups as trainable
     as the predecessor's, the successors trainable): the model Theseus' variants finalize into, before training."""
-    if context.plan is None:  # `Recipe` refuses +searched without a budget
-        raise ValueError("+searched trains a budget search's choice, and this run has no budget")
+    if context.plan is None:  # `Recipe` refuses +searched without a budget; a Context built by hand may lack it
+        raise ValueError(
+            "+searched trains a budget search's choice, and this Context has no search plan (Context.plan: theseus "
+            "compress sets it from the recipe's budget)"
+        )
     model = copy.deepcopy(context.predecessor)
     context.task.plan(model)  # prepares the model where a family must (a GNN's stepped form), as Theseus does
     options = replace_options(context.task, context.device)
