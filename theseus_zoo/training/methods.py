@@ -237,12 +237,8 @@ class Theseus(Method):
             raise ValueError(f"{self.name}: {'+unfreeze, ' if unfreezes else ''}{error}") from None
 
     def build(self, context: Context) -> Trainee:
-        task, recipe = context.task, context.recipe
-        model = copy.deepcopy(context.predecessor)
-        options = replace_options(task, context.device)
-        plan = task.plan(model)  # also prepares the model where a family must (a GNN's stepped form)
-        plan = plan if context.plan is None else context.plan
-        theseus = th.replace_(model, plan, seed=recipe.seed, **options)
+        recipe = context.recipe
+        model, theseus = replaced_copy(context)
         replacing, steps_to_one, stages = recipe.replacing, recipe.steps_to_one, []
         if "warmup" in self.flags:
             warmup, replacing, steps_to_one = split_budget(recipe)
@@ -271,6 +267,17 @@ class Theseus(Method):
 
         stages.append(Stage("replacing" + self.suffix, replacing, objective))
         return Trainee(model, stages, theseus.finalize)
+
+
+def replaced_copy(context: Context) -> tuple[nn.Module, th.Theseus]:
+    """`theseus_core.replace_` on a copy of the predecessor, prepared as the family must (`Task.plan`: a GNN's
+    stepped form), with the run's options (`replace_options`): the search's plan (`Context.plan`), else the
+    family's. Returns the copy and its handle."""
+    model = copy.deepcopy(context.predecessor)
+    options = replace_options(context.task, context.device)
+    plan = context.task.plan(model)
+    plan = plan if context.plan is None else context.plan
+    return model, th.replace_(model, plan, seed=context.recipe.seed, **options)
 
 
 def replace_options(task: Task, device: torch.device) -> dict[str, Any]:
@@ -403,10 +410,8 @@ def searched_model(context: Context) -> nn.Module:
             "+searched trains a budget search's choice, and this Context has no search plan (Context.plan: theseus "
             "compress sets it from the recipe's budget)"
         )
-    model = copy.deepcopy(context.predecessor)
-    context.task.plan(model)  # prepares the model where a family must (a GNN's stepped form), as Theseus does
-    options = replace_options(context.task, context.device)
-    return th.replace_(model, context.plan, seed=context.recipe.seed, **options).finalize()
+    _, theseus = replaced_copy(context)
+    return theseus.finalize()
 
 
 def methods_of(recipe: Recipe) -> list[Method]:
