@@ -135,6 +135,7 @@ class _ModuleState:
             for key, tensor in (*module._parameters.items(), *module._buffers.items())
             if tensor is not None and values
         }
+        self.compared: dict[str, tuple[torch.Tensor | None, bool]] = {}  # by `compare`: what it found, per tensor
 
     def compare(self, trace: Trace) -> None:
         module, where = self.module, self.name or "the model"
@@ -147,7 +148,9 @@ class _ModuleState:
                     trace.rebuilt.append(f"{kind} {key!r} of {where} ({type(module).__name__})")
         for key, saved in self.values.items():
             tensor = module._parameters.get(key, module._buffers.get(key))
-            if tensor is not None and _changed(tensor, saved):
+            changed = tensor is not None and _changed(tensor, saved)
+            self.compared[key] = (tensor, changed)
+            if changed:
                 trace.written.append((module, key))
 
     def restore(self) -> None:
@@ -164,13 +167,18 @@ class _ModuleState:
             (module._parameters, self.parameters),
             (module._buffers, self.buffers),
         ):
-            if table != before or any(table[key] is not value for key, value in before.items()):
+            if table.keys() != before.keys() or any(table[key] is not value for key, value in before.items()):
                 table.clear()
                 table.update(before)
         with torch.no_grad():
             for key, saved in self.values.items():
                 tensor = self.parameters.get(key, self.buffers.get(key))
-                if tensor is not None and tensor.shape == saved.shape and _changed(tensor, saved):
+                if tensor is None or tensor.shape != saved.shape:
+                    continue
+                compared, changed = self.compared.get(key, (None, True))
+                if compared is not tensor:  # not compared, or the run swapped the tensor: compare the original
+                    changed = _changed(tensor, saved)
+                if changed:
                     tensor.copy_(saved)
 
 

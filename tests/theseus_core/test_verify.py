@@ -427,10 +427,30 @@ class RewritingWeights(nn.Module):
         return x
 
 
+class WritingThenSwapping(nn.Module):
+    """Writes into a layer's weight in place, then puts a copy of the weight as it was in its place: the run's check
+    compares the copy (unchanged), and what is put back must still be the original, with its values."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(8, 8) for _ in range(4)])
+
+    def forward(self, x):
+        weight = self.layers[1].weight
+        copy = nn.Parameter(weight.detach().clone())
+        with torch.no_grad():
+            weight.mul_(3.0)
+        self.layers[1].weight = copy
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
 @pytest.mark.parametrize(
     ("build", "message"),
     [
         (NumpyNoise, r"two training-mode runs of the original .* outside torch's RNG"),
+        (WritingThenSwapping, r"replaced its own parameter 'weight' of layers\.1 \(Linear\)"),
         (Rebuilding, r"replaced its own submodule '2' of layers \(ModuleList\).*rebuilds itself"),
         (RewritingWeights, r"in eval mode wrote into its own weights \(layers\.0\.weight"),
     ],
