@@ -9,10 +9,14 @@ TORCH := torch==2.14.1 torchvision==0.29.1
 
 install: $(VENV)/.installed
 
+# pip compiles what it installs to bytecode on one core, most of an install's CPU time: it installs without, and
+# compileall then compiles on every core (a file of a newer Python's syntax, such as one of torch's test helpers, is
+# left uncompiled: its error is not one of ours).
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet $(TORCH)
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet --no-compile $(TORCH)
+	$(BIN)/pip install --quiet --no-compile -e '.[dev]'
+	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib > /dev/null || true
 	touch $@
 
 lint: install
