@@ -33,9 +33,10 @@ docs: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 	@echo "make docs: the site is in build/site (open build/site/index.html)"
 
-# Two workers: the tests run on one intra-op thread each (tests/conftest.py), so two share the 2 cores of CI.
+# Two workers: the tests run on one intra-op thread each (tests/conftest.py), so two share the 2 cores of CI; an
+# idle worker takes tests queued for the other (worksteal), and the slowest tests are listed at the end.
 test: install lint docs
-	$(BIN)/python -m pytest -n 2
+	$(BIN)/python -m pytest -n 2 --dist worksteal --durations=25
 
 # A real model on real data in minutes: all-MiniLM-L6-v2 6 -> 1 layer on Rotten Tomatoes' five valence grades, where
 # truncation costs 7 points (benchmarks/results/headroom.md), at a fifth of the budget of minilm-rt-five-1l (recipe

@@ -117,12 +117,21 @@ SEARCHED_AGAINST = {
 }
 """What a search cell's rows compare its searched model against, in the cell it is compared with, as named there."""
 
+SEARCHED_BESIDE = {
+    "kd+searched": "kd into the searched architecture",
+    "truncated+searched": "truncated, the searched architecture",
+}
+"""What a search cell's rows compare its searched model against in its own cell (the same architecture, seed by
+seed: the cell's ``search_from``), where those methods ran; after the rows of the cells it is compared with."""
+
 
 def search_setting(setting: str, family: str, source: str, only: Mapping[str, Sequence[str]] | None = None) -> Setting:
     """A search cell's rows (`benchmarks.campaign_results`' JSON of a cell run ``against`` others): its searched
     variant against each of `SEARCHED_AGAINST` in the cells it is compared with, where they ran; each named with
     its cell when there are several (``uniform theseus+warmup+kd (mobilenet-v2)``). ``only``: the cells and, per
-    cell, the methods to compare with (default: all of them), in the order of `SEARCHED_AGAINST`."""
+    cell, the methods to compare with (default: all of them), in the order of `SEARCHED_AGAINST`. Then, whatever
+    ``only`` says, each of `SEARCHED_BESIDE` the cell itself ran (the baselines trained on the searched
+    architecture)."""
     data = load(source)
     cells = data["against"] if only is None else list(only)
     unknown = [cell for cell in cells if cell not in data["against"]]
@@ -136,6 +145,12 @@ def search_setting(setting: str, family: str, source: str, only: Mapping[str, Se
         if only is None or method in only[cell]
         for model in data["models"]
         if model != data["best"] and model == f"{cell}: {method}"
+    ]
+    own = data["best"].split(": ", 1)[0]
+    comparisons += [
+        Comparison(name, "against", source, f"{own}: {method}")
+        for method, name in SEARCHED_BESIDE.items()
+        if f"{own}: {method}" in data["models"]
     ]
     return Setting(setting, family, tuple(comparisons))
 

@@ -145,6 +145,21 @@ def test_a_search_cell_against_several_cells_names_each_row_with_its_cell(tmp_pa
     ]
 
 
+def test_a_search_cells_baselines_on_the_searched_architecture_follow_the_other_cells_rows(tmp_path, monkeypatch):
+    from benchmarks import page_tables
+
+    monkeypatch.setattr(page_tables, "RESULTS", tmp_path)
+    models = ["searched: theseus+warmup+kd", "searched: kd+searched", "light: kd", "searched: truncated+searched"]
+    summary = {"against": ["light"], "best": models[0], "models": {model: {} for model in models}}
+    (tmp_path / "searched.json").write_text(json.dumps(summary))
+    setting = tables.search_setting("search", "resnet", "searched.json", {"light": ["kd"]})
+    assert [(comparison.alternative, comparison.key) for comparison in setting.comparisons] == [
+        ("kd", "light: kd"),
+        ("kd into the searched architecture", "searched: kd+searched"),
+        ("truncated, the searched architecture", "searched: truncated+searched"),
+    ]
+
+
 def test_a_search_cell_can_be_compared_with_chosen_methods_of_chosen_cells(tmp_path, monkeypatch):
     from benchmarks import page_tables
 
