@@ -223,11 +223,13 @@ class Theseus:
     # ------------------------------------------------------------------ routing
     @property
     def rate(self) -> float:
-        """Probability that a group runs its successor in a training forward, in [0, 1]."""
+        """Probability that a group runs its successor in a training forward, in [0, 1]; set only while the
+        handle is active (`RuntimeError` once finalized or restored: nothing routes any more)."""
         return self._router.rate
 
     @rate.setter
     def rate(self, value: float) -> None:
+        self._require("active")  # a finalized or restored model has no sites left to route
         if isinstance(value, torch.Tensor) and value.numel() == 1:
             value = value.item()
         if not isinstance(value, Real) or isinstance(value, bool) or math.isnan(value) or not 0 <= value <= 1:
@@ -241,6 +243,7 @@ class Theseus:
 
     @eval_route.setter
     def eval_route(self, value: str) -> None:
+        self._require("active")
         check_eval_route(value)
         self._router.eval_route = value
 

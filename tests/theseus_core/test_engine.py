@@ -178,6 +178,14 @@ def test_finished_handles_refuse_further_work():
         theseus.restore()
     with pytest.raises(RuntimeError, match="already finalized"):
         list(theseus.successor_parameters())
+    for setting in ({"rate": 0.5}, {"eval_route": "predecessor"}):  # nothing routes any more: not silently kept
+        with pytest.raises(RuntimeError, match="already finalized"):
+            setattr(theseus, *next(iter(setting.items())))
+    assert theseus.rate == 0.0 and theseus.eval_route == "successor"  # still read, for a report
+    restored = th.replace_(model, [th.ModuleSpec("blocks[0:2]", th.copy_module(0))])
+    restored.restore()
+    with pytest.raises(RuntimeError, match="already restored"):
+        restored.rate = 1.0
 
 
 def test_replace_after_finalize_compresses_again():
