@@ -65,7 +65,8 @@ def replace_(
             same seed take the same routes. (default: ``0``)
         train_others: Leave modules outside the groups (embeddings, heads)
             trainable, batch-norm statistics included; by default they are frozen,
-            as in the paper. (default: ``False``)
+            as in the paper. A parameter a group shares with a module outside it
+            (tied weights) stays frozen either way. (default: ``False``)
         eval_route: What runs in eval mode: ``"successor"`` (the paper),
             ``"predecessor"``, or ``"hybrid"`` (random routes at the current rate).
             (default: ``"successor"``)

@@ -129,6 +129,20 @@ def test_train_others_makes_the_head_trainable():
     assert model.head.weight.requires_grad and model.blocks[0].fc1.weight.requires_grad
 
 
+def test_a_parameter_a_group_shares_with_the_rest_stays_frozen_under_train_others():
+    """Tied weights (a head reusing a layer's): frozen means frozen, so that restore gives back the same values."""
+    model = ToyStack()
+    model.tied = nn.Linear(model.blocks[1].fc1.in_features, model.blocks[1].fc1.out_features)
+    model.tied.weight = model.blocks[1].fc1.weight
+    before = {key: value.clone() for key, value in model.state_dict().items()}
+    theseus = th.replace_(model, [th.ModuleSpec("blocks[0:2]", th.copy_module(0))], train_others=True)
+    trainable = {id(p) for p in theseus.trainable_parameters()}
+    assert id(model.tied.weight) not in trainable and id(model.tied.bias) in trainable
+    theseus.restore()
+    assert all(torch.equal(before[key], value) for key, value in model.state_dict().items())
+    assert model.tied.weight is model.blocks[1].fc1.weight and model.tied.weight.requires_grad
+
+
 # ------------------------------------------------------------ finalize / restore
 
 
