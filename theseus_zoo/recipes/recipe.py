@@ -169,8 +169,8 @@ class Recipe:
             label-free part (`theseus_zoo.training.methods.Objective.unlabelled`: the soft loss of ``kd``,
             ``direct``, ``+kd``, ``kd_weight`` and ``refine``, ``+warmup``'s blockwise loss) adds to each step a
             batch of as many unlabelled examples, scored by that part alone. One process only; not with
-            ``consistency_weight``; labelled and unlabelled examples must each fill a batch. ``None``: every example
-            is labelled.
+            ``consistency_weight``; labelled and unlabelled examples must each fill a batch (each is one batch, whole,
+            in a full-batch phase). ``None``: every example is labelled.
             (default: ``None``)
 
     A successor per group:

@@ -138,15 +138,19 @@ class Session:
         return session
 
     def _check_few_labels(self, recipe: Recipe, phases: tuple[tuple[str, Phase | None], ...]) -> None:
-        """``labelled_examples`` within the training split, at least a batch of labelled and of unlabelled examples,
-        and one process (a step's two forwards, labelled then unlabelled, would route differently on each rank)."""
+        """``labelled_examples`` within the training split, at least a batch of labelled and of unlabelled examples
+        in every phase but a full-batch one (a ``batch_size`` at or above the split's size: each part is one
+        batch, whole), and one process (a step's two forwards, labelled then unlabelled, would route differently on
+        each rank)."""
         if self.processes > 1:
             raise RunError("labelled_examples runs on one process for now; launch it without accelerate's processes")
+        size = len(self.task.dataset("train"))
         try:
-            labelled, unlabelled = labelled_split(len(self.task.dataset("train")), recipe.labelled_examples)
+            labelled, unlabelled = labelled_split(size, recipe.labelled_examples)
         except ValueError as error:
             raise RunError(str(error)) from None
-        largest = max(phase.batch_size for _, phase in phases if phase is not None)
+        sizes = [phase.batch_size for _, phase in phases if phase is not None and phase.batch_size < size]
+        largest = max(sizes, default=0)
         if min(len(labelled), len(unlabelled)) < largest:
             raise RunError(
                 f"labelled_examples={recipe.labelled_examples} leaves {len(labelled)} labelled and {len(unlabelled)} "

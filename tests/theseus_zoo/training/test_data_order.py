@@ -121,6 +121,10 @@ def test_few_labels_reach_only_label_free_losses_and_the_predecessor_is_shared_o
         ({"labelled_examples": 4000}, "labelled_examples=4000 must be below the 4000 examples of the training split"),
         ({"labelled_examples": 10}, "leaves 10 labelled and 3990 unlabelled examples; each must fill a batch of 64"),
         ({"labelled_examples": 3990}, "leaves 3990 labelled and 10 unlabelled examples; each must fill a batch of 64"),
+        (  # a full-batch phase takes each part whole, the others must still fill their batches
+            {"labelled_examples": 10, "predecessor": {"batch_size": 4000}},
+            "leaves 10 labelled and 3990 unlabelled examples; each must fill a batch of 64",
+        ),
         ({"labelled_examples": 100, "consistency_weight": 0.1}, "consistency_weight with labelled_examples"),
     ],
 )
@@ -133,3 +137,17 @@ def test_few_labels_the_run_cannot_honour_end_it_in_one_line_before_training(tmp
     assert message in error
     assert len(error.splitlines()) == 1
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_few_labels_in_full_batch_phases_train_each_part_whole(tmp_path):
+    """A graph's phases are full-batch (a batch_size above its training nodes): its few labelled nodes are one
+    batch, its unlabelled ones another, whatever their sizes."""
+    config = tmp_path / "few.json"
+    steps = {"steps": 2, "eval_every": 2}
+    few = {"labelled_examples": 10, "predecessor": steps, "replacing": steps, "steps_to_one": 1}
+    config.write_text(json.dumps(few))
+    out = tmp_path / "run"
+    args = ["compress", "--recipe", "gcn-karate", "--config", str(config), "--methods", "kd", "--out", str(out)]
+    assert cli.main([*args, "--no-progress"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["recipe"]["labelled_examples"] == 10 and "baseline:kd" in report["models"]
