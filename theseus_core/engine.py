@@ -319,9 +319,12 @@ class Theseus:
         paths = [site.path for site in self._sites]
         if list(state.get("paths", [])) != paths:
             raise ValueError(f"this routing state is for groups {state.get('paths')}, this handle has {paths}")
-        self.rate = state["rate"]
-        self.eval_route = state["eval_route"]
-        router = self._router
+        rate, eval_route = state["rate"], state["eval_route"]
+        if not isinstance(rate, Real) or isinstance(rate, bool) or math.isnan(rate) or not 0 <= rate <= 1:
+            raise ValueError(f"this routing state's rate must be a number in [0, 1], got {rate!r}")
+        check_eval_route(eval_route)
+        router = self._router  # written directly: a finished handle still takes its state (a checkpoint's callback)
+        router.rate, router.eval_route = float(rate), eval_route
         router.seed = state["seed"]
         router.generator.set_state(state["generator_state"])
         router.calls = list(state["calls"])

@@ -196,6 +196,7 @@ def test_finished_handles_refuse_further_work():
         with pytest.raises(RuntimeError, match="already finalized"):
             setattr(theseus, *next(iter(setting.items())))
     assert theseus.rate == 0.0 and theseus.eval_route == "successor"  # still read, for a report
+    theseus.load_state_dict(theseus.state_dict())  # a checkpoint saved after finalize still loads (Lightning's test)
     restored = th.replace_(model, [th.ModuleSpec("blocks[0:2]", th.copy_module(0))])
     restored.restore()
     with pytest.raises(RuntimeError, match="already restored"):

@@ -28,7 +28,7 @@ def run(tmp_path, *extra, out="run"):
 
 @pytest.mark.usefixtures("fake_cache")
 def test_a_budget_searches_the_successors_theseus_trains_and_exports(tmp_path, monkeypatch):
-    saved = {}  # ResNet-34 checkpoints are large: keep the last state in memory
+    saved = {}  # ResNet checkpoints are large: keep the last state in memory
     monkeypatch.setattr(session, "atomic_save", lambda state, path: saved.update(state=state))
     assert run(tmp_path, "--methods", "theseus+warmup+kd,truncated", "--budget", "params=0.6,steps=2") == 0
     report = json.loads((tmp_path / "run" / "report.json").read_text())
