@@ -38,3 +38,10 @@ def is_finite(value: float) -> bool:
 def is_finite_number(value: object) -> TypeGuard[int | float]:
     """Whether ``value`` is an ``int`` or ``float``, not a bool, and finite (`is_finite`)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and is_finite(value)
+
+
+def check_probability(name: str, value: object) -> float:
+    """``value`` as a float in [0, 1] (a bool or NaN is not one); raises ``ValueError`` naming ``name``."""
+    if not is_real(value) or not 0 <= value <= 1:  # compared as given: NaN fails, a huge int never overflows
+        raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
+    return float(value)

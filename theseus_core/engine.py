@@ -7,16 +7,15 @@ permanent (`Theseus.finalize`).
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
-from numbers import Real
 from typing import Any
 
 import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from .checks import check_probability
 from .prepare import (
     Prepared,
     check_arguments,
@@ -233,9 +232,7 @@ class Theseus:
         self._require("active")  # a finalized or restored model has no sites left to route
         if isinstance(value, torch.Tensor) and value.numel() == 1:
             value = value.item()
-        if not isinstance(value, Real) or isinstance(value, bool) or math.isnan(value) or not 0 <= value <= 1:
-            raise ValueError(f"Theseus.rate must be a number in [0, 1], got {value!r}")
-        self._router.rate = float(value)
+        self._router.rate = check_probability("Theseus.rate", value)
 
     @property
     def eval_route(self) -> str:
@@ -319,12 +316,10 @@ class Theseus:
         paths = [site.path for site in self._sites]
         if list(state.get("paths", [])) != paths:
             raise ValueError(f"this routing state is for groups {state.get('paths')}, this handle has {paths}")
-        rate, eval_route = state["rate"], state["eval_route"]
-        if not isinstance(rate, Real) or isinstance(rate, bool) or math.isnan(rate) or not 0 <= rate <= 1:
-            raise ValueError(f"this routing state's rate must be a number in [0, 1], got {rate!r}")
-        check_eval_route(eval_route)
+        rate = check_probability("this routing state's rate", state["rate"])
+        check_eval_route(state["eval_route"])
         router = self._router  # written directly: a finished handle still takes its state (a checkpoint's callback)
-        router.rate, router.eval_route = float(rate), eval_route
+        router.rate, router.eval_route = rate, state["eval_route"]
         router.seed = state["seed"]
         router.generator.set_state(state["generator_state"])
         router.calls = list(state["calls"])

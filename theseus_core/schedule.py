@@ -9,19 +9,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .checks import is_integral, is_real
+from .checks import check_probability, is_integral, is_real
 
 
 def _check_step(step: int) -> int:
     if not is_integral(step) or step < 0:
         raise ValueError(f"a schedule is evaluated at an optimizer step, an integer >= 0; got {step!r}")
     return int(step)
-
-
-def _check_probability(name: str, value: float) -> float:
-    if not is_real(value) or not 0.0 <= float(value) <= 1.0:
-        raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
-    return float(value)
 
 
 @dataclass(frozen=True)
@@ -31,7 +25,7 @@ class ConstantSchedule:
     rate: float
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "rate", _check_probability("ConstantSchedule.rate", self.rate))
+        object.__setattr__(self, "rate", check_probability("ConstantSchedule.rate", self.rate))
 
     def __call__(self, step: int) -> float:
         _check_step(step)
@@ -57,7 +51,7 @@ class LinearSchedule:
     k: float
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "base", _check_probability(f"{type(self).__name__}.base", self.base))
+        object.__setattr__(self, "base", check_probability(f"{type(self).__name__}.base", self.base))
         if not is_real(self.k) or not math.isfinite(self.k) or self.k <= 0:
             raise ValueError(f"{type(self).__name__}.k must be a finite number > 0, got {self.k!r}")
         object.__setattr__(self, "k", float(self.k))
@@ -67,7 +61,7 @@ class LinearSchedule:
         """The curriculum from ``base`` that reaches p = 1 after ``steps`` optimizer steps."""
         if not is_integral(steps) or steps < 1:
             raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
-        base = _check_probability(f"{cls.__name__}.base", base)
+        base = check_probability(f"{cls.__name__}.base", base)
         if base == 1.0:
             return cls(base=base, k=1.0)
         k = (1.0 - base) / steps

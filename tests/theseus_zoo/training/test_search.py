@@ -14,8 +14,8 @@ from theseus_zoo.training import session
 
 pytest.importorskip("scipy")
 fake_cache = test_images.fake_cache  # the fixture: a fetched Fashion-MNIST of 64 + 20 images
-# ResNet-18 compressed to one block per stage: four groups of two blocks, what the search needs at a quarter of
-# ResNet-34's cost (the recipe's predecessor; its groups are searched alike)
+# ResNet-18 compressed to one block per stage: four groups of two blocks, one group a stage, at a quarter of the cost
+# of the recipe's ResNet-34 (several groups in one stage, spliced back together, are test_resnet_candidates')
 TINY = {**test_images.TINY, "options": {**test_images.TINY["options"], "architecture": "resnet18", "blocks": [1] * 4}}
 
 
