@@ -173,7 +173,10 @@ class _ModuleState:
         with torch.no_grad():
             for key, saved in self.values.items():
                 tensor = self.parameters.get(key, self.buffers.get(key))
-                if tensor is None or tensor.shape != saved.shape:
+                if tensor is None:
+                    continue
+                if (tensor.shape, tensor.dtype, tensor.device) != (saved.shape, saved.dtype, saved.device):
+                    tensor.data = saved  # the run set ``.data`` to another tensor: the copy is the original's own now
                     continue
                 compared, changed = self.compared.get(key, (None, True))
                 if compared is not tensor:  # not compared, or the run swapped the tensor: compare the original

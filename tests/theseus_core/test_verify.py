@@ -446,6 +446,23 @@ class WritingThenSwapping(nn.Module):
         return x
 
 
+class ResizingWeight(nn.Module):
+    """Sets a weight's ``.data`` to a tensor of another shape and uses it (a cache grown in place): the run must put
+    the original's shape back, not only its values."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(8, 8) for _ in range(4)])
+
+    def forward(self, x):
+        head = self.layers[3]
+        head.weight.data = torch.cat([head.weight.data, head.weight.data])
+        head.bias.data = torch.cat([head.bias.data, head.bias.data])
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
 @pytest.mark.parametrize(
     ("build", "message"),
     [
@@ -453,6 +470,7 @@ class WritingThenSwapping(nn.Module):
         (WritingThenSwapping, r"replaced its own parameter 'weight' of layers\.1 \(Linear\)"),
         (Rebuilding, r"replaced its own submodule '2' of layers \(ModuleList\).*rebuilds itself"),
         (RewritingWeights, r"in eval mode wrote into its own weights \(layers\.0\.weight"),
+        (ResizingWeight, r"in training mode wrote into its own weights \(layers\.3\.weight, in place\)"),
     ],
 )
 def test_the_original_is_checked_against_itself_before_the_sites_are_blamed(build, message):
