@@ -24,6 +24,7 @@ from transformers import (
 )
 
 import theseus_core as th
+from tests.hypothesis_profiles import examples
 from theseus_adapters import hf, hf_candidates, slim
 
 pytest.importorskip("scipy")
@@ -121,7 +122,7 @@ def run_layer(model: torch.nn.Module, layer: torch.nn.Module, hidden: torch.Tens
     return out[0] if isinstance(out, tuple) else out
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=examples(10), deadline=None)
 @given(name=st.sampled_from(list(CASES)), sublayer=st.sampled_from(slim.SUBLAYERS), seed=st.integers(0, 2**16))
 def test_a_layer_without_a_sublayer_computes_exactly_the_original_with_that_branch_set_to_zero(name, sublayer, seed):
     """Post-LN (BERT): the sublayer's norm stays and sees its input + 0; pre-LN (Llama): the sublayer and the norm
@@ -137,7 +138,7 @@ def test_a_layer_without_a_sublayer_computes_exactly_the_original_with_that_bran
     assert slim.layer_form(removed, model.config)["heads" if sublayer == "attention" else "intermediate_size"] == 0
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=examples(15), deadline=None)
 @given(name=st.sampled_from(list(CASES)), fraction=st.floats(0.0, 1.0), seed=st.integers(0, 2**16))
 def test_a_narrower_ffn_computes_the_original_with_the_dropped_neurons_silenced(name, fraction, seed):
     """``ffn_half`` / ``ffn_quarter`` are `slim.prune_layer_` at a half / a quarter of the width: at any width the
@@ -163,7 +164,7 @@ def test_a_narrower_ffn_computes_the_original_with_the_dropped_neurons_silenced(
     ]
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(name=st.sampled_from(list(CASES)), names=st.lists(st.sampled_from(UNIFORM + FORMS), min_size=4, max_size=4))
 @example(name="bert", names=["skip", "skip", "no_attention", "skip"])  # one layer left: no stack finder sees it
 @example(name="llama", names=["skip"] * 4)
@@ -297,7 +298,7 @@ def distilbert_library():
     return model, th.CandidateLibrary(model, found, example_kwargs=batch("bert"), on_finalize=hook)
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=examples(10), deadline=None)
 @given(picks=st.lists(st.integers(0, 10), min_size=4, max_size=4))
 @example(picks=[1, 1, 1, 2])  # skip, skip, skip and one layer
 def test_any_choice_of_a_model_whose_layers_carry_no_index_finalizes_and_reloads(picks):

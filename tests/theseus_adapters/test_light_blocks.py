@@ -15,6 +15,7 @@ from torch import nn
 from torchvision.models import resnet as tv_resnet
 
 import theseus_core as th
+from tests.hypothesis_profiles import examples
 from tests.theseus_adapters.test_hf import WITHOUT_THESEUS, run_without_theseus
 from tests.theseus_adapters.test_resnet import randomize_batch_norms_
 from theseus_adapters import resnet
@@ -187,7 +188,7 @@ block_shapes = st.tuples(
 )
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(block_shapes)
 def test_a_narrow_block_as_wide_inside_as_the_basicblock_it_starts_from_computes_exactly_what_it_does(shape):
     library, in_channels, out_channels, stride, seed = shape
@@ -198,7 +199,7 @@ def test_a_narrow_block_as_wide_inside_as_the_basicblock_it_starts_from_computes
         torch.testing.assert_close(narrow(x), block(x), rtol=0, atol=0)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(block_shapes.filter(lambda shape: shape[2] >= 2), st.data())
 def test_a_narrow_block_keeps_the_basicblocks_strongest_inner_channels(shape, data):
     """It computes what the BasicBlock does with its other inner channels cut (their weights in ``conv2``
@@ -219,7 +220,7 @@ def test_a_narrow_block_keeps_the_basicblocks_strongest_inner_channels(shape, da
         torch.testing.assert_close(narrow(x), block(x))
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(st.integers(1, 64), st.integers(2, 64), st.sampled_from([1, 2]))
 def test_a_narrow_block_at_its_default_width_has_fewer_parameters_than_a_basicblock(in_channels, out_channels, stride):
     block = basic_block("torchvision", in_channels, out_channels, stride, seed=0)

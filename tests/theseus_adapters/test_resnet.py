@@ -17,6 +17,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torchvision.models import resnet as tv_resnet
 
 import theseus_core as th
+from tests.hypothesis_profiles import examples
 from theseus_adapters import resnet
 from theseus_core.testing import assert_replacement_equivalence
 
@@ -267,7 +268,7 @@ def group_sizes_of(draw, total: int, count: int) -> list[int]:
     return [stop - start for start, stop in itertools.pairwise([0, *sorted(cuts), total])]
 
 
-@settings(max_examples=20)
+@settings(max_examples=examples(20))
 @given(timm_cases())
 def test_timm_resnets_replace_and_finalize_equivalently(case):
     model, blocks, counts, init, width = case
@@ -281,7 +282,7 @@ def test_timm_resnets_replace_and_finalize_equivalently(case):
         assert compact.forward_features(images()).shape == model.eval().forward_features(images()).shape
 
 
-@settings(max_examples=6)
+@settings(max_examples=examples(6))
 @given(
     bottleneck=st.booleans(),
     layers=st.lists(st.integers(1, 2), min_size=4, max_size=4),

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from torchvision.models.resnet import BasicBlock, ResNet
 
 import theseus_core as th
+from tests.hypothesis_profiles import examples
 from tests.theseus_adapters.test_resnet import tiny_timm_resnet
 from theseus_adapters import resnet
 from theseus_adapters.resnet import successor_blocks
@@ -41,7 +42,7 @@ def test_skip_is_offered_only_where_a_group_keeps_its_shape():
     assert {"keep", "basic", *resnet.LIGHT_SUCCESSORS} <= set(library.names(groups[0]))
 
 
-@settings(max_examples=12, deadline=None)  # a second each: the parameters copied by replace_'s checks
+@settings(max_examples=examples(12), deadline=None)  # a second each: the parameters copied by replace_'s checks
 @given(st.data())
 def test_any_choice_of_candidates_finalizes_into_a_resnet_that_rebuilds_from_its_config(data):
     """Kept groups are spliced into their stage, skipped ones removed, a stage whose every group is skipped is

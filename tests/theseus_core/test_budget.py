@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.hypothesis_profiles import examples
 from theseus_core.budget import Choice, measured_choice, solve
 
 pytest.importorskip("scipy")
@@ -33,7 +34,7 @@ def instances(draw):
     return scores, costs, limit
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(instances())
 def test_the_solver_finds_what_brute_force_finds_within_the_limit(instance):
     scores, costs, limit = instance
@@ -84,7 +85,7 @@ def test_without_an_assessment_the_best_summed_score_within_wins_and_alternative
     assert "assessed" not in str(trail)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     st.fixed_dictionaries({name: st.floats(0.05, 1.2) for name in "abcdu"}),
     st.fixed_dictionaries({name: st.floats(-5.0, 0.0) for name in "abcdu"}),
@@ -136,7 +137,7 @@ def test_a_nan_measurement_never_fits_and_a_nan_assessment_never_wins():
     assert best.chosen == {"g": "a"}  # c's assessment is NaN, b never measured within
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(
     seed=st.integers(0, 2**16),
     unit=st.sampled_from([1e-6, 1e-3, 1.0, 1e3]),

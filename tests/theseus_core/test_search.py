@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 import theseus_core as th
+from tests.hypothesis_profiles import examples
 from theseus_core import search
 from theseus_core.candidates import keep_specs, skip_specs
 from theseus_core.search import KEEP, CandidateLibrary
@@ -401,7 +402,7 @@ def test_a_measured_choice_fits_the_budget_by_measurement_and_scores_at_least_th
         assert len(trail) > 1 and trail[1]["budget_given"] < 0.6
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(st.lists(st.floats(0.3, 3.0), min_size=1, max_size=12), st.floats(0.2, 0.9))
 def test_a_measured_choice_is_the_best_scoring_one_it_measured_within_the_budget(setup_once, factors, budget):
     """Whatever the measurements (a factor per choice, in the order met), the choice is the best-scoring one of

@@ -10,13 +10,14 @@ import pytest
 import torch
 from hypothesis import Phase, settings
 
+from tests.hypothesis_profiles import examples
 from theseus_quant import adaptive, bert, convert, export, quantizers, tws
 
 from . import test_adaptive, test_bert, test_convert, test_export, test_quantizers, test_tws
 
 PLANTED_BUG_SETTINGS = settings(
     parent=settings.get_profile("default"),
-    max_examples=60,
+    max_examples=examples(60),
     phases=[Phase.generate],  # no shrinking: only whether it fails matters
     database=None,
     derandomize=True,  # the same examples every run

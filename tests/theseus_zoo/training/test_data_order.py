@@ -9,6 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.hypothesis_profiles import examples
 from theseus_zoo import cli
 from theseus_zoo.recipes import get_recipe
 from theseus_zoo.tasks.toy import ToyTask
@@ -18,7 +19,7 @@ from theseus_zoo.training.optimization import data_order_generator
 from theseus_zoo.training.run_directory import RunError, finished_predecessor
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(size=st.integers(2, 300), data=st.data())
 def test_the_labelled_sample_is_fixed_disjoint_and_covers_the_split(size, data):
     kept = data.draw(st.integers(1, size - 1))
@@ -38,7 +39,7 @@ def test_a_labelled_count_that_is_not_below_the_split_is_refused(kept):
         labelled_split(10, kept)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(size=st.integers(1, 50), batch=st.integers(1, 16), seed=st.integers(0, 5), steps=st.lists(st.integers(0, 40)))
 def test_a_steps_batch_depends_on_the_step_alone_and_every_example_once_an_epoch(size, batch, seed, steps):
     indices = torch.arange(100, 100 + size)

@@ -9,6 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.hypothesis_profiles import examples
 from theseus_zoo.training.report import markdown_report, paired_comparisons, search_lines
 from theseus_zoo.training.stats import bootstrap_interval, bootstrap_standard_error
 
@@ -34,7 +35,7 @@ def _report(**predictions: list[int]) -> dict:
 classes = st.lists(st.integers(0, 2), min_size=5, max_size=40)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(labels=classes, data=st.data())
 def test_theseus_minus_b_is_minus_b_minus_theseus_on_the_same_resamples(labels, data):
     ours = data.draw(st.lists(st.integers(0, 2), min_size=len(labels), max_size=len(labels)))
@@ -48,7 +49,7 @@ def test_theseus_minus_b_is_minus_b_minus_theseus_on_the_same_resamples(labels, 
     assert forward["low"] <= forward["high"]
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(labels=classes)
 def test_a_model_against_the_same_predictions_differs_by_exactly_zero(labels):
     comparison = paired_comparisons(Labelled(labels), _report(theseus=labels, twin=list(labels)))["twin"]

@@ -11,6 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.hypothesis_profiles import examples
 from theseus_zoo.training import stats
 
 STREAMS = [stats.TORCH, stats.NUMPY]
@@ -28,7 +29,7 @@ def accuracy(values: list[int]):
 
 
 @pytest.mark.parametrize("resampling", STREAMS, ids=["torch", "numpy"])
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(data=st.data())
 def test_a_paired_difference_is_antisymmetric(resampling, data):
     ours = data.draw(hits)
@@ -42,7 +43,7 @@ def test_a_paired_difference_is_antisymmetric(resampling, data):
 
 
 @pytest.mark.parametrize("resampling", STREAMS, ids=["torch", "numpy"])
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(values=hits, seeds=st.integers(1, 4))
 def test_identical_predictions_differ_by_exactly_zero_per_example_and_over_seeds(resampling, values, seeds):
     same = stats.paired_difference(accuracy(values), accuracy(list(values)), len(values), 100, resampling=resampling)
@@ -52,7 +53,7 @@ def test_identical_predictions_differ_by_exactly_zero_per_example_and_over_seeds
     assert over == {"per_seed": dict.fromkeys(range(seeds), 0.0), "mean": 0.0, "low": 0.0, "high": 0.0}
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(values=st.lists(st.floats(-3, 3), min_size=4, max_size=40), seeds=st.integers(1, 3))
 def test_a_log_ratio_of_identical_sides_is_one_and_exp_of_a_constant_shift_is_exact(values, seeds):
     zero = stats.log_ratio(np.zeros((seeds, len(values))), 100)
@@ -146,7 +147,7 @@ def test_tost_refuses_one_value_and_a_margin_that_is_not_positive():
 differences = st.lists(st.floats(-3, 3, allow_nan=False).map(lambda x: round(x, 3)), min_size=2, max_size=8)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(values=differences, margin=st.floats(0.05, 3).map(lambda x: round(x, 3)))
 def test_tost_is_equivalent_exactly_when_the_90_percent_t_interval_lies_inside_the_margins(values, margin):
     """The duality that makes TOST at alpha 0.05 the 90% interval's test, checked against `t_interval` at 90%, the
@@ -166,7 +167,7 @@ def test_tost_is_equivalent_exactly_when_the_90_percent_t_interval_lies_inside_t
     assert wider["p_value"] <= result["p_value"] + 1e-12  # a wider margin is never harder to meet
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(values=differences)
 def test_a_verdict_needs_three_seeds_and_equivalent_needs_the_test(values):
     verdict = stats.verdict(values)
