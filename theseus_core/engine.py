@@ -288,9 +288,8 @@ class Theseus:
     # --------------------------------------------------------------- parameters
     def successor_parameters(self) -> Iterator[nn.Parameter]:
         """Parameters of the successors and their projections: what the optimizer trains."""
-        self._require("active")
-        for site in self._sites:
-            yield from site.successor.parameters()
+        self._require("active")  # when called: a generator would check only once iterated
+        return (param for site in self._sites for param in site.successor.parameters())
 
     def trainable_parameters(self) -> Iterator[nn.Parameter]:
         """Every parameter with ``requires_grad`` (successors, plus the rest with ``train_others``)."""

@@ -190,8 +190,9 @@ def test_finished_handles_refuse_further_work():
     theseus.finalize()
     with pytest.raises(RuntimeError, match="already finalized"):
         theseus.restore()
-    with pytest.raises(RuntimeError, match="already finalized"):
-        list(theseus.successor_parameters())
+    for parameters in (theseus.successor_parameters, theseus.trainable_parameters):  # when called, not iterated
+        with pytest.raises(RuntimeError, match="already finalized"):
+            parameters()
     for setting in ({"rate": 0.5}, {"eval_route": "predecessor"}):  # nothing routes any more: not silently kept
         with pytest.raises(RuntimeError, match="already finalized"):
             setattr(theseus, *next(iter(setting.items())))
