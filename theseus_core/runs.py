@@ -93,12 +93,25 @@ class ExampleRun:
     batches: list[Batch]
     seed: int
     frozen: Sequence[nn.Module]  # the modules whose parameters do not require grad while replacing
+    _copies: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = field(default=None, init=False, repr=False)
+
+    @contextmanager
+    def one_copy(self) -> Iterator[None]:
+        """Runs inside share one copy of each tensor's values (taken by the first run that meets the tensor)
+        instead of copying every tensor again per run: each run puts back every value it changed, so the copy
+        still holds for the next, provided nothing else writes into the model between them (what the caller does
+        between runs only reads)."""
+        self._copies = {}
+        try:
+            yield
+        finally:
+            self._copies = None
 
     def __call__(self, trace: Trace, batch: Batch, training: bool, set_modes: Callable[[], None]) -> Trace:
         """Runs the model on ``batch`` in the given mode and fills ``trace`` with its output, the tensors the
         run changed in place and the modules it rebuilt; puts everything back afterwards."""
         modules = list(self.model.named_modules(remove_duplicate=True))
-        saved = [_ModuleState(name, module) for name, module in modules]
+        saved = [_ModuleState(name, module, copies=self._copies) for name, module in modules]
         flags = [(param, param.requires_grad) for param in self.model.parameters()]
         devices = sorted({t.device.index or 0 for t in (*self.model.parameters(), *self.model.buffers()) if t.is_cuda})
         try:
@@ -122,19 +135,31 @@ class ExampleRun:
 
 class _ModuleState:
     """One module's class, tensors, children and attributes before a run, to compare with and to put back; with
-    ``values=False`` its tensors' values are not copied (what `Theseus.finalize` changes is structure only)."""
+    ``values=False`` its tensors' values are not copied (what `Theseus.finalize` changes is structure only); with
+    ``copies`` (`ExampleRun.one_copy`'s, by tensor), a copy taken by an earlier run is used again."""
 
-    def __init__(self, name: str, module: nn.Module, values: bool = True) -> None:
+    def __init__(
+        self,
+        name: str,
+        module: nn.Module,
+        values: bool = True,
+        copies: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None,
+    ) -> None:
         self.name, self.module, self.cls = name, module, type(module)
         self.attributes = dict(module.__dict__)
         self.children = dict(module._modules)
         self.parameters = dict(module._parameters)
         self.buffers = dict(module._buffers)
-        self.values = {
-            key: tensor.detach().clone()
-            for key, tensor in (*module._parameters.items(), *module._buffers.items())
-            if tensor is not None and values
-        }
+        self.values: dict[str, torch.Tensor] = {}
+        for key, tensor in (*module._parameters.items(), *module._buffers.items()):
+            if tensor is None or not values:
+                continue
+            kept = copies.get(id(tensor)) if copies is not None else None
+            if kept is None or kept[0] is not tensor:
+                kept = (tensor, tensor.detach().clone())
+                if copies is not None:
+                    copies[id(tensor)] = kept
+            self.values[key] = kept[1]
         self.compared: dict[str, tuple[torch.Tensor | None, bool]] = {}  # by `compare`: what it found, per tensor
 
     def compare(self, trace: Trace) -> None:
@@ -176,7 +201,7 @@ class _ModuleState:
                 if tensor is None:
                     continue
                 if (tensor.shape, tensor.dtype, tensor.device) != (saved.shape, saved.dtype, saved.device):
-                    tensor.data = saved  # the run set ``.data`` to another tensor: the copy is the original's own now
+                    tensor.data = saved.clone()  # the run set ``.data`` to another tensor (the copy may serve again)
                     continue
                 compared, changed = self.compared.get(key, (None, True))
                 if compared is not tensor:  # not compared, or the run swapped the tensor: compare the original

@@ -100,22 +100,40 @@ def run_original(run: ExampleRun, groups: Sequence[ResolvedGroup], predecessor_e
                 for module in group.modules:
                     module.eval()
 
-    entries = [(group.modules[0], group.modules[-1]) for group in groups]
-    runs: list[tuple[int, bool, Trace]] = []
-    for index, batch in enumerate(run.batches):
-        for training in (True, False):
-            trace = Trace()
-            with hooks(watch(trace, entries, [group.modules for group in groups])):
-                try:
-                    run(trace, batch, training, predecessors_in_eval)
-                except Exception as error:
-                    raise VerificationError(
-                        f"the original model raised {type(error).__name__} on {_where(run, index, training)}, "
-                        f"before any change: {error}. Check example_inputs / example_kwargs (replace_ runs the "
-                        f"model on them in training and in eval mode). The model is unchanged."
-                    ) from error
-            _check_original(run, trace, index, training)
-            runs.append((index, training, trace))
+    with run.one_copy():  # between the runs, only checks that read
+        entries = [(group.modules[0], group.modules[-1]) for group in groups]
+        runs: list[tuple[int, bool, Trace]] = []
+        for index, batch in enumerate(run.batches):
+            for training in (True, False):
+                trace = Trace()
+                with hooks(watch(trace, entries, [group.modules for group in groups])):
+                    try:
+                        run(trace, batch, training, predecessors_in_eval)
+                    except Exception as error:
+                        raise VerificationError(
+                            f"the original model raised {type(error).__name__} on {_where(run, index, training)}, "
+                            f"before any change: {error}. Check example_inputs / example_kwargs (replace_ runs the "
+                            f"model on them in training and in eval mode). The model is unchanged."
+                        ) from error
+                _check_original(run, trace, index, training)
+                runs.append((index, training, trace))
+        _check_layers_ran(run, groups, runs)
+        again = Trace()
+        run(again, run.batches[0], True, predecessors_in_eval)
+        gap = difference(again.output, runs[0][2].output)
+        if gap is not None:
+            raise VerificationError(
+                f"two training-mode runs of the original model on the same example batch from the same torch RNG "
+                f"state differ (the second {gap}): the model draws randomness outside torch's RNG (numpy or Python's "
+                f"random, e.g. SpecAugment's masks), so no run can be compared with another; make its training "
+                f"forward deterministic under torch.manual_seed (turn that augmentation off while replacing). "
+                f"The model is unchanged."
+            )
+        return Reference(runs)
+
+
+def _check_layers_ran(run: ExampleRun, groups: Sequence[ResolvedGroup], runs: list[tuple[int, bool, Trace]]) -> None:
+    """Every group ran in every training-mode run of the original, each of its layers as in eval mode."""
     for index, training, trace in runs:
         if not training:
             continue
@@ -134,18 +152,6 @@ def run_original(run: ExampleRun, groups: Sequence[ResolvedGroup], predecessor_e
                     f"group {group.path!r} did not run when the model ran on {_where(run, index, training)}; check "
                     f"the path. The model is unchanged."
                 )
-    again = Trace()
-    run(again, run.batches[0], True, predecessors_in_eval)
-    gap = difference(again.output, runs[0][2].output)
-    if gap is not None:
-        raise VerificationError(
-            f"two training-mode runs of the original model on the same example batch from the same torch RNG "
-            f"state differ (the second {gap}): the model draws randomness outside torch's RNG (numpy or Python's "
-            f"random, e.g. SpecAugment's masks), so no run can be compared with another; make its training "
-            f"forward deterministic under torch.manual_seed (turn that augmentation off while replacing). "
-            f"The model is unchanged."
-        )
-    return Reference(runs)
 
 
 def _check_original(run: ExampleRun, trace: Trace, index: int, training: bool) -> None:
@@ -179,49 +185,52 @@ def verify(run: ExampleRun, sites: Sequence[ReplacementSite], groups: Sequence[R
     and raises `VerificationError` unless each run reproduces the original's exactly and leaves every frozen
     tensor as it was."""
     router = sites[0]._router if sites else None
-    for index, training, expected in reference.runs:
-        trace = Trace()
-        eval_route = router.eval_route if router is not None else None
-        if router is not None:
-            router.eval_route = "predecessor"
-        try:
-            layers = [site.predecessor.layers for site in sites]
-            with hooks(watch(trace, [(site, site) for site in sites], layers)):
-                try:
-                    run(trace, run.batches[index], training, lambda: None)
-                except Exception as error:
-                    raise _raised(run, groups, trace, error, index, training) from error
-        finally:
+    with run.one_copy():  # between the runs, only the router's eval route is set and put back
+        for index, training, expected in reference.runs:
+            trace = Trace()
+            eval_route = router.eval_route if router is not None else None
             if router is not None:
-                router.eval_route = eval_route
-        _compare(run, groups, trace, expected, index, training)
+                router.eval_route = "predecessor"
+            try:
+                layers = [site.predecessor.layers for site in sites]
+                with hooks(watch(trace, [(site, site) for site in sites], layers)):
+                    try:
+                        run(trace, run.batches[index], training, lambda: None)
+                    except Exception as error:
+                        raise _raised(run, groups, trace, error, index, training) from error
+            finally:
+                if router is not None:
+                    router.eval_route = eval_route
+            _compare(run, groups, trace, expected, index, training)
 
 
 def eval_outputs(run: ExampleRun) -> list[Any]:
     """The model's output on every example batch in eval mode, each run leaving no trace."""
-    return [run(Trace(), batch, False, lambda: None).output for batch in run.batches]
+    with run.one_copy():
+        return [run(Trace(), batch, False, lambda: None).output for batch in run.batches]
 
 
 def check_finalized(run: ExampleRun, expected: Sequence[Any]) -> None:
     """Runs the finalized model on every example batch in eval mode and raises `VerificationError`, in one line,
     unless each output is exactly ``expected``'s, the model's at rate 1 before `Theseus.finalize`."""
     undo = "finalize undid itself: the model is as it was, still replacing (restore() gives the original back)"
-    for index, batch in enumerate(run.batches):
-        where = _where(run, index, False)
-        try:
-            output = run(Trace(), batch, False, lambda: None).output
-        except Exception as error:
-            cause = " ".join(str(error).split())[:300] or "no message"  # one line
-            raise VerificationError(
-                f"the finalized model raised {type(error).__name__} on {where}, which the model at rate 1 ran: "
-                f"{cause}; {undo}"
-            ) from error
-        gap = difference(output, expected[index])
-        if gap is not None:
-            raise VerificationError(
-                f"on {where} the finalized model's output {gap} from the model's at rate 1 (the successors in "
-                f"place); {undo}"
-            )
+    with run.one_copy():  # between the runs, only comparisons
+        for index, batch in enumerate(run.batches):
+            where = _where(run, index, False)
+            try:
+                output = run(Trace(), batch, False, lambda: None).output
+            except Exception as error:
+                cause = " ".join(str(error).split())[:300] or "no message"  # one line
+                raise VerificationError(
+                    f"the finalized model raised {type(error).__name__} on {where}, which the model at rate 1 ran: "
+                    f"{cause}; {undo}"
+                ) from error
+            gap = difference(output, expected[index])
+            if gap is not None:
+                raise VerificationError(
+                    f"on {where} the finalized model's output {gap} from the model's at rate 1 (the successors in "
+                    f"place); {undo}"
+                )
 
 
 def _raised(

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 import theseus_core as th
+from theseus_core.runs import ExampleRun, Trace
 from theseus_core.testing import ToyConvNet, ToyStack, assert_replacement_equivalence
 
 
@@ -461,6 +462,41 @@ class ResizingWeight(nn.Module):
         for layer in self.layers:
             x = layer(x)
         return x
+
+
+class Counting(nn.Module):
+    """On every run writes into a buffer and into a weight in place, and into another weight: in training mode by
+    setting its ``.data`` to a larger tensor, in eval mode in place."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(8, 8) for _ in range(2)])
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        with torch.no_grad():
+            self.calls += 1
+            self.layers[0].weight.mul_(2.0)
+        head = self.layers[1]
+        if self.training:
+            head.weight.data = torch.cat([head.weight.data, head.weight.data])
+        else:
+            with torch.no_grad():
+                head.weight.mul_(3.0)
+        return x @ self.layers[0].weight.T + self.calls + head.weight.sum()
+
+
+def test_runs_sharing_one_copy_each_start_from_the_model_as_it_was_and_leave_it_so():
+    model = Counting()
+    before = snapshot(model)
+    run = ExampleRun(model, [((torch.randn(3, 8),), {})], seed=0, frozen=[])
+    with run.one_copy():
+        traces = [run(Trace(), run.batches[0], training, lambda: None) for training in (True, False, True)]
+        assert_untouched(model, before)
+    for trace in traces:  # each run found the same writes: it started from the values as they were
+        assert sorted(key for _, key in trace.written) == ["calls", "weight", "weight"]
+    assert torch.equal(traces[2].output, traces[0].output)  # the same mode, the same result
+    assert run._copies is None  # the copies go with the block
 
 
 @pytest.mark.parametrize(
