@@ -124,12 +124,14 @@ class ExampleRun:
                 inputs, kwargs = batch
                 trace.output = copied(self.model(*copied(inputs), **copied(kwargs)))
         finally:
-            for state in saved:
-                state.compare(trace)
-            for state in saved:
-                state.restore()
-            for param, requires_grad in flags:
-                param.requires_grad_(requires_grad)
+            try:
+                for state in saved:
+                    state.compare(trace)
+            finally:  # whatever a comparison raises, everything is put back
+                for state in saved:
+                    state.restore()
+                for param, requires_grad in flags:
+                    param.requires_grad_(requires_grad)
         return trace
 
 
@@ -204,15 +206,13 @@ class _ModuleState:
                     tensor.data = saved.clone()  # the run set ``.data`` to another tensor (the copy may serve again)
                     continue
                 compared, changed = self.compared.get(key, (None, True))
-                if compared is not tensor:  # not compared, or the run swapped the tensor: compare the original
-                    changed = _changed(tensor, saved)
-                if changed:
+                if changed or compared is not tensor:  # not compared (or raised), or the run swapped the tensor
                     tensor.copy_(saved)
 
 
 def _changed(tensor: torch.Tensor, saved: torch.Tensor) -> bool:
     """Whether a tensor's values differ from a saved copy (one pass when equal; NaN equals NaN)."""
-    if tensor.shape != saved.shape or tensor.dtype != saved.dtype:
+    if (tensor.shape, tensor.dtype, tensor.device) != (saved.shape, saved.dtype, saved.device):
         return True
     return not torch.equal(tensor, saved) and difference(tensor, saved) is not None
 

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 import theseus_core as th
+from theseus_core import runs
 from theseus_core.runs import ExampleRun, Trace
 from theseus_core.testing import ToyConvNet, ToyStack, assert_replacement_equivalence
 
@@ -497,6 +498,25 @@ def test_runs_sharing_one_copy_each_start_from_the_model_as_it_was_and_leave_it_
         assert sorted(key for _, key in trace.written) == ["calls", "weight", "weight"]
     assert torch.equal(traces[2].output, traces[0].output)  # the same mode, the same result
     assert run._copies is None  # the copies go with the block
+
+
+def test_a_comparison_that_raises_still_puts_everything_back(monkeypatch):
+    """A comparison can raise (``torch.equal`` across devices, a tensor type without it): the run's writes are put
+    back all the same, in every module, before the error goes on."""
+    model = Counting()
+    before = snapshot(model)
+    run = ExampleRun(model, [((torch.randn(3, 8),), {})], seed=0, frozen=[])
+    compared = runs._changed
+
+    def failing(tensor, saved):
+        if tensor.dim() == 0:  # the buffer, written by the run
+            raise NotImplementedError("no equal for this tensor")
+        return compared(tensor, saved)
+
+    monkeypatch.setattr(runs, "_changed", failing)
+    with pytest.raises(NotImplementedError):
+        run(Trace(), run.batches[0], True, lambda: None)
+    assert_untouched(model, before)
 
 
 @pytest.mark.parametrize(
