@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# torch 2.14.1 / torchvision 0.29.1 lie on this machine's disk; pip takes them from there.
+# torch 2.14.1 / torchvision 0.29.1: what pip is capped at on these machines; pinned, since uv reads no pip configuration.
 TORCH := torch==2.14.1 torchvision==0.29.1
 
 .PHONY: install test lint format docs demo bench bench-deploy clean
