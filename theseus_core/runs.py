@@ -202,7 +202,7 @@ class _ModuleState:
                 tensor = self.parameters.get(key, self.buffers.get(key))
                 if tensor is None:
                     continue
-                if (tensor.shape, tensor.dtype, tensor.device) != (saved.shape, saved.dtype, saved.device):
+                if not _same_layout(tensor, saved):
                     tensor.data = saved.clone()  # the run set ``.data`` to another tensor (the copy may serve again)
                     continue
                 compared, changed = self.compared.get(key, (None, True))
@@ -210,9 +210,14 @@ class _ModuleState:
                     tensor.copy_(saved)
 
 
+def _same_layout(tensor: torch.Tensor, saved: torch.Tensor) -> bool:
+    """Whether a tensor has a saved copy's shape, dtype and device (else a run set its ``.data`` to another)."""
+    return (tensor.shape, tensor.dtype, tensor.device) == (saved.shape, saved.dtype, saved.device)
+
+
 def _changed(tensor: torch.Tensor, saved: torch.Tensor) -> bool:
     """Whether a tensor's values differ from a saved copy (one pass when equal; NaN equals NaN)."""
-    if (tensor.shape, tensor.dtype, tensor.device) != (saved.shape, saved.dtype, saved.device):
+    if not _same_layout(tensor, saved):
         return True
     return not torch.equal(tensor, saved) and difference(tensor, saved) is not None
 
