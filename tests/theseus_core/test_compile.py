@@ -19,8 +19,8 @@ def test_changing_routes_causes_no_recompilation_after_warm_up():
         th.ModuleSpec("blocks[3:6]", lambda group: ToyBlock(8, tuple_output=True), in_proj="linear", out_proj="linear"),
     ]
     # Recompiles are dynamo's (its guards), whatever backend compiles the graphs: aot_eager traces forward and
-    # backward as inductor does but generates no kernels (a minute less; test_compiled_routes_follow_the_draws
-    # runs inductor)
+    # backward as inductor does but generates no kernels (a minute less; inductor's kernels are checked against
+    # eager by test_compiled_routes_follow_the_draws_and_train_as_eager)
     theseus = th.replace_(model, specs, seed=0, compile={"backend": "aot_eager"})
     optimizer = torch.optim.SGD(theseus.successor_parameters(), lr=0.01)
     (x,) = model.example_inputs(batch_size=8)
@@ -50,8 +50,9 @@ def test_changing_routes_causes_no_recompilation_after_warm_up():
     assert counters["stats"]["unique_graphs"] == graphs_after_warm_up
 
 
-def test_compiled_routes_follow_the_draws():
-    """A draw baked into a graph (pytorch#95425) would repeat the first route forever."""
+def test_compiled_routes_follow_the_draws_and_train_as_eager():
+    """A draw baked into a graph (pytorch#95425) would repeat the first route forever; inductor's forward and
+    backward kernels must give eager's outputs and the successor's gradients, step by step."""
     torch._dynamo.reset()
     model = ToyStack(num_blocks=2, dropout=0.0)
     eager = ToyStack(num_blocks=2, dropout=0.0)
@@ -62,13 +63,22 @@ def test_compiled_routes_follow_the_draws():
     reference.sites[0].successor.load_state_dict(compiled.sites[0].successor.state_dict())
     compiled.rate = reference.rate = 0.5
     (x,) = model.example_inputs()
-    routes = []
-    with torch.no_grad():
-        for _ in range(12):
-            torch.testing.assert_close(model.train()(x), eager.train()(x))
-            routes.append(compiled.last_routes["blocks[0:2]"])
-            assert routes[-1] == reference.last_routes["blocks[0:2]"]
-    assert set(routes) == {True, False}
+    routes, trained = [], 0
+    for _ in range(12):
+        output, expected = model.train()(x), eager.train()(x)
+        torch.testing.assert_close(output, expected)
+        routes.append(compiled.last_routes["blocks[0:2]"])
+        assert routes[-1] == reference.last_routes["blocks[0:2]"]
+        assert output.requires_grad == expected.requires_grad  # the predecessor is frozen: only a successor trains
+        if output.requires_grad:
+            output.square().mean().backward()
+            expected.square().mean().backward()
+            gradients = [p.grad for p in compiled.successor_parameters()]
+            assert all(g is not None for g in gradients)
+            for gradient, wanted in zip(gradients, (p.grad for p in reference.successor_parameters()), strict=True):
+                torch.testing.assert_close(gradient, wanted)
+            trained += 1
+    assert set(routes) == {True, False} and trained > 1
 
 
 def test_restore_removes_the_compilation():
