@@ -1,7 +1,7 @@
-"""The README and every page of docs/ run as written: each page's python blocks in order in one process (after the
-quick start when a block continues it), each block standing alone or saying in its first line what it continues,
-the README's quick start the same as the docs', and the command page's CLI block pasting in order (no two runs
-into one ``--out``)."""
+"""The README and every page of docs/ run as written: each page's python blocks in order in one process, each
+block alone or in the namespace its first line says it continues (the quick start's, or the block above's), the
+README's quick start the same as the docs', and the command page's CLI block pasting in order (no two runs into one
+``--out``)."""
 
 import importlib.util
 import os
@@ -43,7 +43,6 @@ def run(code: str, cwd: Path) -> subprocess.CompletedProcess:
 
 RUNNABLE = [page for page in PAGES if python_blocks(page)]
 AFTER = {  # what a page's run must have shown, beyond running
-    "README.md": "\nassert len(compact.blocks) == 3 and compact.blocks[0].inner.width == 32\n",
     "docs/getting-started.md": "\nassert len(compact.blocks) == 3 and compact.blocks[0].inner.width == 32\n",
     "docs/guides/training-loops.md": "\nimport os\nassert os.path.isfile('runs/hf-trainer/compact/config.json')\n",
 }
@@ -54,34 +53,46 @@ def test_the_readme_and_the_docs_have_one_quick_start():
     assert python_blocks(DOCS / "getting-started.md")[0] == readme_quick_start
 
 
-@pytest.mark.parametrize("page", RUNNABLE, ids=name)
-def test_every_python_block_of_a_page_runs_in_order(page, tmp_path):
-    """All of a page's blocks in one process, as a reader pasting the page top to bottom would, after the quick start
-    when one of them continues it (tiny models only: the Lightning and Trainer examples train 20-30 steps)."""
+def page_script(page: Path) -> str:
+    """A script running the page's blocks in order, each in the namespace it says it continues: a block beginning
+    with ``# Continues the quick start`` in the quick start's (run first; every such block of the page shares it),
+    one with another ``# Continues`` in the block above's, any other in a fresh namespace of its own (so it must stand
+    alone)."""
     blocks = python_blocks(page)
-    prefix = [python_blocks(README)[0]] if any(block.startswith(QUICK_START) for block in blocks) else []
-    code = "\n".join(prefix + blocks) + AFTER.get(name(page), "")
-    result = run(code, tmp_path)
-    assert result.returncode == 0, f"{name(page)}:\n{result.stderr[-3000:]}"
-    if name(page) in ("README.md", "docs/getting-started.md"):
-        assert "'blocks[0:3]': 3 × Block" in result.stdout  # the handle's repr, as the quick start prints it
+    lines = ["fresh = lambda: {'__name__': '__main__'}"]
+    if any(block.startswith(QUICK_START) for block in blocks):
+        lines += [
+            "quick_start = fresh()",
+            f"exec(compile({python_blocks(README)[0]!r}, 'the quick start', 'exec'), quick_start)",
+        ]
+    for index, block in enumerate(blocks):
+        if block.startswith(QUICK_START):
+            lines.append("namespace = quick_start")
+        elif not block.startswith(CONTINUES):
+            lines.append("namespace = fresh()")
+        lines.append(f"exec(compile({block!r}, '{name(page)}, block {index}', 'exec'), namespace)")
+    if name(page) in AFTER:
+        lines.append(f"exec({AFTER[name(page)]!r}, namespace)")
+    return "\n".join(lines) + "\n"
 
 
-def test_each_block_stands_alone_or_says_what_it_continues(tmp_path):
-    """A block that does not begin with ``# Continues`` runs alone: each in a namespace of its own, one process. A
-    block that continues "the block(s) above" is not its page's first."""
-    alone = []
+def test_every_block_stands_alone_or_says_what_it_continues():
+    """A page's first block does not continue the block above (there is none), only the quick start."""
     for page in RUNNABLE:
-        blocks = python_blocks(page)
-        assert not blocks[0].startswith(CONTINUES) or blocks[0].startswith(QUICK_START), name(page)
-        alone += [(name(page), block) for block in blocks if not block.startswith(CONTINUES)]
-    assert len(alone) >= 4  # the quick start twice, the API's import, the Trainer example
-    runner = "\n".join(
-        f"exec(compile({block!r}, '{page}, block {index}', 'exec'), {{'__name__': '__main__'}})"
-        for index, (page, block) in enumerate(alone)
-    )
-    result = run(runner + "\n", tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
+        first = python_blocks(page)[0]
+        assert not first.startswith(CONTINUES) or first.startswith(QUICK_START), name(page)
+
+
+@pytest.mark.parametrize("page", [page for page in RUNNABLE if page != README], ids=name)
+def test_every_python_block_of_a_page_runs_in_order(page, tmp_path):
+    """All of a page's blocks in one process, as a reader pasting the page top to bottom would, each block alone
+    or in the namespace it says it continues (`page_script`; tiny models only: the Lightning and Trainer examples
+    train 20-30 steps). The README's one block is the getting-started page's first
+    (`test_the_readme_and_the_docs_have_one_quick_start`), run there."""
+    result = run(page_script(page), tmp_path)
+    assert result.returncode == 0, f"{name(page)}:\n{result.stderr[-3000:]}"
+    if name(page) == "docs/getting-started.md":
+        assert "'blocks[0:3]': 3 × Block" in result.stdout  # the handle's repr, as the quick start prints it
 
 
 def test_the_cli_block_pastes_in_order():
