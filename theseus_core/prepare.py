@@ -18,6 +18,7 @@ from .site import (
     ReplacementSite,
     Router,
     boundary_width,
+    group_boundary_width,
     make_projection,
     primary_output,
     primary_parameter_name,
@@ -213,8 +214,8 @@ def _build_successor(
         raise TypeError(
             f"the successor factory for {spec.path!r} returned {type(successor).__name__}, not an nn.Module"
         )
-    in_proj = _projection(spec, "in_proj", group.modules[0], successor)
-    out_proj = _projection(spec, "out_proj", group.modules[-1], successor)
+    in_proj = _projection(spec, "in_proj", group.modules, successor)
+    out_proj = _projection(spec, "out_proj", group.modules, successor)
     branch = Projected(successor, in_proj, out_proj, primary_parameter_name(group.modules[0]))
     # The group's device and dtype; a group without floating-point tensors (a pooling stage) takes the model's.
     modules = (*group.modules, model)
@@ -224,14 +225,16 @@ def _build_successor(
     return branch
 
 
-def _projection(spec: ModuleSpec, side: str, predecessor: nn.Module, successor: nn.Module) -> nn.Module | None:
+def _projection(
+    spec: ModuleSpec, side: str, predecessors: Sequence[nn.Module], successor: nn.Module
+) -> nn.Module | None:
     value = getattr(spec, side)
     if isinstance(value, nn.Module):  # a copy: the spec is inert, and may serve several replacements
         return copy.deepcopy(value)
     if value != "linear":
         return value
     end = "in" if side == "in_proj" else "out"
-    theirs, ours = boundary_width(predecessor, end), boundary_width(successor, end)
+    theirs, ours = group_boundary_width(predecessors, end), boundary_width(successor, end)
     if theirs is None or ours is None:
         unknown = "predecessor" if theirs is None else "successor"
         raise ValueError(
@@ -307,11 +310,11 @@ def check_successors(prepared: list[Prepared], group_inputs: list[Any], group_ou
 def _width_hint(item: Prepared) -> str:
     """Advice for a successor that failed on its group's input, when its widths say what is wrong."""
     hints = []
-    for side, end, module, projection in (
-        ("in_proj", "in", item.group.modules[0], item.successor.in_proj),
-        ("out_proj", "out", item.group.modules[-1], item.successor.out_proj),
+    for side, end, projection in (
+        ("in_proj", "in", item.successor.in_proj),
+        ("out_proj", "out", item.successor.out_proj),
     ):
-        theirs, ours = boundary_width(module, end), boundary_width(item.successor.inner, end)
+        theirs, ours = group_boundary_width(item.group.modules, end), boundary_width(item.successor.inner, end)
         if projection is None and theirs is not None and ours is not None and theirs[0] != ours[0]:
             hints.append(f"its {end}put width is {ours[0]}, the group's {theirs[0]}: add {side}='linear'")
     return "; " + "; ".join(hints) if hints else ""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -268,6 +268,18 @@ def boundary_width(module: nn.Module, side: str) -> tuple[int, int] | None:
     if isinstance(layer, nn.Linear):
         return (layer.in_features if side == "in" else layer.out_features), 0
     return (layer.in_channels if side == "in" else layer.out_channels), _conv_dims(layer, side)
+
+
+def group_boundary_width(modules: Sequence[nn.Module], side: str) -> tuple[int, int] | None:
+    """`boundary_width` of a group of consecutive modules: the first module's that has one on the input side, the
+    last module's on the output side (a group may end in an activation or a norm), of the input side's kind when
+    one is (a channel-attention Conv1d after the group's Conv2d layers is no boundary); ``None`` when no module has
+    one."""
+    widths = [width for module in modules if (width := boundary_width(module, side)) is not None]
+    if not widths or side == "in":
+        return widths[0] if widths else None
+    first = group_boundary_width(modules, "in")
+    return next((width for width in reversed(widths) if first is not None and width[1] == first[1]), widths[-1])
 
 
 def make_projection(in_width: int, out_width: int, conv_dims: int) -> nn.Module:

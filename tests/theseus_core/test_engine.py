@@ -633,6 +633,36 @@ def test_conv_successors_get_one_by_one_conv_projections():
     )
 
 
+def test_projections_take_the_widths_of_a_groups_outer_layers_past_activations_and_norms():
+    """A plain ``nn.Sequential`` CNN: a group may begin or end with a layer that declares no width (an activation,
+    a norm); the projections read the first and last layers that do."""
+    model = nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.BatchNorm2d(32),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(32, 4),
+    )
+    narrow = lambda group: nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.ReLU())  # noqa: E731
+    theseus = th.replace_(
+        model,
+        [th.ModuleSpec("[1:5]", narrow, in_proj="linear", out_proj="linear")],
+        example_inputs=(torch.randn(2, 3, 6, 6),),
+    )
+    successor = theseus.sites[0].successor
+    assert (successor.in_proj.in_channels, successor.out_proj.out_channels) == (16, 32)
+    theseus.restore()
+    with pytest.raises(
+        RuntimeError, match=r"its input width is 8, the group's 16: add in_proj='linear'"
+    ):  # torch's, noted
+        th.replace_(
+            model, [th.ModuleSpec("[1:5]", narrow, out_proj="linear")], example_inputs=(torch.randn(2, 3, 6, 6),)
+        )
+
+
 def test_predecessor_eval_keeps_batch_norm_statistics_frozen():
     model = ToyConvNet()
     bn = model.blocks[0].bn
