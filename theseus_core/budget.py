@@ -1,18 +1,22 @@
-"""Choosing under a budget: the exact solver, and the measured search around it (`theseus_core.search`'s stage 4).
+"""Choosing under a budget (`theseus_core.search`'s stage 4): the exact solver, the measured search around it, and
+`CostTable`, the numbers a choice is made by.
 
 `solve` picks one candidate per group maximising the summed score under a limit on the summed cost, exactly (a
 mixed-integer program). Candidates timed alone need not add up to the assembled model, and scores taken one group at
 a time need not add up either, so `measured_choice` runs the solver under several given budgets, assembles and
 measures each choice it makes (and any alternatives the caller names, such as the uniform choices), and keeps the
 best of those that measured within the budget: by the summed score, or by an ``assess`` of the assembled choice.
-`CandidateLibrary.choose_measured` is the way in; this module needs no model.
+`CostTable` holds what choosing needs, as plain numbers (each group's candidates, their measured `Cost`s, the cost
+of the rest of the model), and turns a budget into the solver's limit: `CostTable.check_budget`, `CostTable.choose`,
+`CostTable.cheapest`, `CostTable.choose_measured`, `CostTable.priced`. `CandidateLibrary`'s methods of the same
+names are the way in from a model; this module needs no model.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +70,174 @@ class Choice:
         """Whether the choice fits its budget: as measured when it was, else as predicted."""
         ratio = self.predicted_ratio if self.measured_ratio is None else self.measured_ratio
         return ratio <= self.budget
+
+
+def _check_range(budget: Any, kind: str) -> None:
+    """Raises `ValueError` in one line unless ``budget`` is a fraction in (0, 1)."""
+    if not (isinstance(budget, (int, float)) and 0 < budget < 1):
+        raise ValueError(f"a budget is a fraction of the predecessor's {kind} in (0, 1), got {budget!r}")
+
+
+def _check_choice(chosen: Mapping[str, str], candidates: Mapping[str, Sequence[str]]) -> None:
+    """Raises `ValueError` in one line unless ``chosen`` names one of ``candidates[path]`` for every group path."""
+    paths = list(candidates)
+    if set(chosen) != set(paths):
+        raise ValueError(f"a choice names one candidate for each group {paths}, got {sorted(chosen)}")
+    for path in paths:
+        if chosen[path] not in candidates[path]:
+            raise ValueError(f"group {path} has no candidate {chosen[path]!r}; it has {list(candidates[path])}")
+
+
+@dataclass(frozen=True)
+class CostTable:
+    """What choosing under a budget needs, as plain numbers: `CandidateLibrary`'s groups and the costs it measured.
+
+    Args:
+        candidates: Group path -> its candidates' names, in order; every group has ``keep``.
+        costs: (path, name) -> the candidate's measured `Cost`, one for every candidate named.
+        rest: The cost of the model outside the groups: the predecessor costs ``rest`` plus every group's ``keep``.
+        keep: The name of each group's own candidate (its layers as they are). (default: ``"keep"``, as
+            `CandidateLibrary`'s)
+        refused: How many candidates were left out when built (`CandidateLibrary.refused`), said when a budget is
+            below the cheapest choice. (default: 0)
+
+    A budget is a fraction in (0, 1) of the predecessor's cost of one kind (`KINDS`); a choice keeps at least one
+    candidate with parameters to train (``params`` > 0: every group skipped would leave nothing to learn). Scores
+    are (path, name) -> float, one for every candidate (higher is better).
+    """
+
+    candidates: Mapping[str, Sequence[str]]
+    costs: Mapping[tuple[str, str], Cost]
+    rest: Cost
+    keep: str = "keep"
+    refused: int = 0
+
+    def __post_init__(self) -> None:
+        for path, names in self.candidates.items():
+            if self.keep not in names:
+                raise ValueError(f"CostTable: the group at {path} has no {self.keep!r} candidate, got {list(names)}")
+            missing = [name for name in names if (path, name) not in self.costs]
+            if missing:
+                raise ValueError(f"CostTable: no cost for candidate {missing[0]!r} of the group at {path}")
+
+    @property
+    def paths(self) -> list[str]:
+        """The group paths, in order."""
+        return list(self.candidates)
+
+    def _rows(self, kind: str) -> tuple[list[list[str]], list[list[float]], float]:
+        """The candidates' names and ``kind`` costs, a row per group, and the predecessor's whole ``kind`` cost."""
+        names = [list(self.candidates[path]) for path in self.paths]
+        table = [
+            [self.costs[(path, name)].of(kind) for name in group] for path, group in zip(self.paths, names, strict=True)
+        ]
+        return names, table, self.rest.of(kind) + sum(self.costs[(path, self.keep)].of(kind) for path in self.paths)
+
+    def _trainable_premiums(self, names: list[list[str]], table: list[list[float]]) -> list[float]:
+        """For each group with a candidate that has parameters, what the cheapest such costs over the group's
+        cheapest candidate."""
+        return [
+            min(cost for name, cost in zip(group, row, strict=True) if self.costs[(path, name)].params > 0) - min(row)
+            for path, group, row in zip(self.paths, names, table, strict=True)
+            if any(self.costs[(path, name)].params > 0 for name in group)
+        ]
+
+    def check_budget(self, budget: float, kind: str = "latency") -> None:
+        """Raises `ValueError` in one line for a budget outside (0, 1), one that even the cheapest candidates (the
+        cheapest of every group, with the rest of the model) exceed, or one that only choices without a parameter
+        to train fit; solves nothing. `choose` refuses by it."""
+        _check_range(budget, kind)
+        names, table, total = self._rows(kind)
+        cheapest = self.rest.of(kind) + sum(min(row) for row in table)
+        if cheapest > budget * total:
+            raise ValueError(
+                f"a {kind} budget of {budget:g} is below what the cheapest candidates reach "
+                f"({cheapest / total:.3f} of the predecessor's): raise it, or add cheaper candidates"
+                + (f" ({self.refused} were refused when built: CandidateLibrary.refused)" if self.refused else "")
+            )
+        trained = cheapest + min(self._trainable_premiums(names, table), default=math.inf)
+        if trained > budget * total:
+            raise ValueError(
+                f"a {kind} budget of {budget:g} fits only choices without a parameter to train (such as every group "
+                f"skipped): raise it to at least {trained / total:.3f} of the predecessor's"
+            )
+
+    def choose(self, scores: Mapping[tuple[str, str], float], budget: float, kind: str = "latency") -> Choice:
+        """The candidates maximising the summed score with the whole model's cost within ``budget`` times the
+        predecessor's (`solve`, under the limit ``budget`` times the predecessor's cost less ``rest``), at least one
+        of them with parameters to train. Raises what `check_budget` raises, before solving."""
+        self.check_budget(budget, kind)
+        names, table, total = self._rows(kind)
+        rest = self.rest.of(kind)
+        limit = budget * total - rest
+        values = [[scores[(path, name)] for name in group] for path, group in zip(self.paths, names, strict=True)]
+        trainable = [
+            [self.costs[(path, name)].params > 0 for name in group]
+            for path, group in zip(self.paths, names, strict=True)
+        ]
+        picked = solve(values, table, limit)
+        if not any(row[index] for row, index in zip(trainable, picked, strict=True)):
+            picked = _solve_trained(values, table, limit, trainable)
+        chosen = {path: group[index] for path, group, index in zip(self.paths, names, picked, strict=True)}
+        used = sum(row[index] for row, index in zip(table, picked, strict=True))
+        score = sum(row[index] for row, index in zip(values, picked, strict=True))
+        return Choice(chosen, kind, float(budget), limit, (rest + used) / total, score)
+
+    def cheapest(self, kind: str = "latency") -> Choice:
+        """The choice of least summed cost that keeps a candidate with parameters to train (`choose` with each
+        candidate scored minus its cost, under the largest budget, `BELOW_ONE`)."""
+        negated = {
+            (path, name): -self.costs[(path, name)].of(kind) for path in self.paths for name in self.candidates[path]
+        }
+        return self.choose(negated, BELOW_ONE, kind)
+
+    def choose_measured(
+        self,
+        scores: Mapping[tuple[str, str], float],
+        budget: float,
+        measure: Callable[[dict[str, str]], float],
+        kind: str = "latency",
+        *,
+        rounds: int = 6,
+        tolerance: float = 0.01,
+        also: Sequence[Mapping[str, str]] = (),
+        assess: Callable[[dict[str, str]], float] | None = None,
+    ) -> tuple[Choice, list[dict[str, Any]]]:
+        """`choose`, corrected by measurement (`CandidateLibrary.choose_measured` says how): `measured_choice` over
+        `choose`, from no lower than what `cheapest` is predicted to cost, with the ``also`` choices `priced` beside
+        (those without a parameter to train left out). Refuses before measuring anything: under ``kind="latency"``
+        a budget outside (0, 1), under another kind what `check_budget` refuses; an ``also`` choice that does not
+        name a candidate for every group."""
+        if kind == "latency":  # below the cheapest choice by the costs, that choice may still measure within
+            _check_range(budget, kind)
+        else:
+            self.check_budget(budget, kind)
+        alternatives = [self.priced(chosen, scores, kind) for chosen in also]
+        # like the solver's, an alternative keeps a candidate with parameters to train (every group skipped does not)
+        alternatives = [a for a in alternatives if any(self.costs[key].params > 0 for key in a.chosen.items())]
+        floor = min(self.cheapest(kind).predicted_ratio * (1 + 1e-9), BELOW_ONE)  # what the solver is given
+        return measured_choice(
+            lambda given: self.choose(scores, given, kind),  # given stays in [floor, 1): the solver finds one
+            measure,
+            budget,
+            floor,
+            rounds=rounds,
+            tolerance=tolerance,
+            also=alternatives,
+            assess=assess,
+        )
+
+    def priced(
+        self, chosen: Mapping[str, str], scores: Mapping[tuple[str, str], float], kind: str = "latency"
+    ) -> Choice:
+        """``chosen`` (a candidate name per group) as a `Choice`: its summed score and predicted cost ratio, its own
+        summed cost as ``limit``, no budget. Raises `ValueError` for a choice that does not name a candidate for
+        every group."""
+        _check_choice(chosen, self.candidates)
+        _, _, total = self._rows(kind)
+        used = sum(self.costs[(path, chosen[path])].of(kind) for path in self.paths)
+        score = sum(scores[(path, chosen[path])] for path in self.paths)
+        return Choice(dict(chosen), kind, 0.0, used, (self.rest.of(kind) + used) / total, score)
 
 
 def measured_choice(
@@ -201,3 +373,28 @@ def solve(scores: Sequence[Sequence[float]], costs: Sequence[Sequence[float]], l
         picked.append(int(np.argmax(result.x[start : start + size])))
         start += size
     return picked
+
+
+def _solve_trained(
+    values: list[list[float]], table: list[list[float]], limit: float, trainable: list[list[bool]]
+) -> list[int]:
+    """`solve` with at least one candidate that has parameters: the best of solving with each group in turn held to
+    those of its candidates (`CostTable.check_budget` has made sure one fits)."""
+    best, best_value = None, -math.inf
+    for group, allowed in enumerate(trainable):
+        kept = [index for index, has in enumerate(allowed) if has]
+        if not kept:
+            continue
+        held_values = [[values[group][i] for i in kept] if g == group else row for g, row in enumerate(values)]
+        held_costs = [[table[group][i] for i in kept] if g == group else row for g, row in enumerate(table)]
+        try:
+            picked = solve(held_values, held_costs, limit)
+        except ValueError:
+            continue
+        picked[group] = kept[picked[group]]
+        value = sum(row[index] for row, index in zip(values, picked, strict=True))
+        if value > best_value:
+            best, best_value = picked, value
+    if best is None:  # pragma: no cover - check_budget refuses this first
+        raise ValueError(f"no choice with a parameter to train keeps the summed cost within {limit:g}")
+    return best
