@@ -20,7 +20,9 @@
    Neither costs nor scores need add up over groups: `CandidateLibrary.choose_measured` assembles and measures each
    choice the solver makes (``measure(chosen)``), corrects the budget it gives the solver by what it measured, can
    measure alternatives beside them (`CandidateLibrary.uniform_choices`), and can compare those that fit by a score
-   of the assembled choice (`CandidateLibrary.assembled_score`) instead of the summed one.
+   of the assembled choice (`CandidateLibrary.assembled_score`) instead of the summed one. Stage 4 is arithmetic
+   over the numbers stage 3 measured, so it lives in `theseus_core.budget.CostTable` (no model needed): the
+   library's stage-4 methods hand it their groups and costs.
 
 `CandidateLibrary.plan` gives the chosen candidates as a `Plan` whose successors start from their distilled
 weights: ``replace_(model, plan)`` then trains them like any successors (the global stage).
@@ -42,7 +44,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
-import math
 import statistics
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -51,7 +52,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .budget import BELOW_ONE, Choice, Cost, measured_choice, solve
+from .budget import Choice, Cost, CostTable, _check_choice, _check_range
 from .candidates import _copy_group, keep_specs
 from .costs import latency_clock, multiply_adds
 from .distillation import prediction_loss
@@ -108,11 +109,6 @@ _KEPT = (_copy_group, None, None)
 """A `keep_specs` spec's successor and projections."""
 _REFUSALS = (ValueError, TypeError, RuntimeError)
 """What `replace_` raises for a candidate it refuses (`CandidateLibrary`)."""
-
-
-def _check_range(budget: Any, kind: str) -> None:
-    if not (isinstance(budget, (int, float)) and 0 < budget < 1):
-        raise ValueError(f"a budget is a fraction of the predecessor's {kind} in (0, 1), got {budget!r}")
 
 
 class CandidateLibrary:
@@ -394,69 +390,16 @@ class CandidateLibrary:
         cheapest of every group, with the rest of the model) exceed, or one that only choices without a parameter
         to train fit (every group skipped: the successors would have nothing to learn); solves nothing. `choose`
         refuses by it."""
-        _check_range(budget, kind)
-        names, table, total = self._table(costs, kind)
-        cheapest = costs[1].of(kind) + sum(min(row) for row in table)
-        if cheapest > budget * total:
-            raise ValueError(
-                f"a {kind} budget of {budget:g} is below what the cheapest candidates reach "
-                f"({cheapest / total:.3f} of the predecessor's): raise it, or add cheaper candidates"
-                + (f" ({len(self.refused)} were refused when built: CandidateLibrary.refused)" if self.refused else "")
-            )
-        trained = cheapest + min(self._trainable_premiums(costs[0], names, table), default=math.inf)
-        if trained > budget * total:
-            raise ValueError(
-                f"a {kind} budget of {budget:g} fits only choices without a parameter to train (such as every group "
-                f"skipped): raise it to at least {trained / total:.3f} of the predecessor's"
-            )
+        _check_range(budget, kind)  # the budget first, then the costs (`_table`)
+        self._table(costs).check_budget(budget, kind)
 
-    @staticmethod
-    def _solve_trained(
-        values: list[list[float]], table: list[list[float]], limit: float, trainable: list[list[bool]]
-    ) -> list[int]:
-        """`solve` with at least one candidate that has parameters: the best of solving with each group in turn
-        held to those of its candidates (`check_budget` has made sure one fits)."""
-        best, best_value = None, -math.inf
-        for group, allowed in enumerate(trainable):
-            kept = [index for index, has in enumerate(allowed) if has]
-            if not kept:
-                continue
-            held_values = [[values[group][i] for i in kept] if g == group else row for g, row in enumerate(values)]
-            held_costs = [[table[group][i] for i in kept] if g == group else row for g, row in enumerate(table)]
-            try:
-                picked = solve(held_values, held_costs, limit)
-            except ValueError:
-                continue
-            picked[group] = kept[picked[group]]
-            value = sum(row[index] for row, index in zip(values, picked, strict=True))
-            if value > best_value:
-                best, best_value = picked, value
-        if best is None:  # pragma: no cover - check_budget refuses this first
-            raise ValueError(f"no choice with a parameter to train keeps the summed cost within {limit:g}")
-        return best
-
-    def _trainable_premiums(
-        self, per_key: Mapping[tuple[str, str], Cost], names: list[list[str]], table: list[list[float]]
-    ) -> list[float]:
-        """For each group with a candidate that has parameters, what the cheapest such costs over the group's
-        cheapest candidate."""
-        return [
-            min(cost for name, cost in zip(group, row, strict=True) if per_key[(path, name)].params > 0) - min(row)
-            for path, group, row in zip(self.paths, names, table, strict=True)
-            if any(per_key[(path, name)].params > 0 for name in group)
-        ]
-
-    def _table(
-        self, costs: tuple[Mapping[tuple[str, str], Cost], Cost], kind: str
-    ) -> tuple[list[list[str]], list[list[float]], float]:
-        """The candidates' names and ``kind`` costs, a row per group, and the predecessor's whole ``kind`` cost."""
+    def _table(self, costs: tuple[Mapping[tuple[str, str], Cost], Cost]) -> CostTable:
+        """``costs`` (the pair `costs` returns) as the `CostTable` stage 4 chooses by; raises `ValueError` in one
+        line for costs of another library or shape."""
         self._check_entries("costs", costs[0] if isinstance(costs, tuple) and len(costs) == 2 else None)
         per_key, rest = costs
-        names = [self.names(path) for path in self.paths]
-        table = [
-            [per_key[(path, name)].of(kind) for name in group] for path, group in zip(self.paths, names, strict=True)
-        ]
-        return names, table, rest.of(kind) + sum(per_key[(path, KEEP)].of(kind) for path in self.paths)
+        candidates = {path: self.names(path) for path in self.paths}
+        return CostTable(candidates, per_key, rest, keep=KEEP, refused=len(self.refused))
 
     def choose(
         self,
@@ -466,31 +409,17 @@ class CandidateLibrary:
         kind: str = "latency",
     ) -> Choice:
         """The candidates maximising the summed score with the whole model's cost within ``budget`` times the
-        predecessor's (`solve`), at least one of them with parameters to train. Raises `ValueError` in one line for a
-        budget outside (0, 1), one that even the cheapest candidates exceed, or one that only parameter-free choices
-        fit (`check_budget`)."""
+        predecessor's (`CostTable.choose`), at least one of them with parameters to train. Raises `ValueError` in
+        one line for a budget outside (0, 1), one that even the cheapest candidates exceed, or one that only
+        parameter-free choices fit (`check_budget`)."""
         self._check_entries("scores", scores)  # the inputs first: what they say must not hang on measured costs
-        self.check_budget(costs, budget, kind)
-        names, table, total = self._table(costs, kind)
-        rest = costs[1].of(kind)
-        limit = budget * total - rest
-        values = [[scores[(path, name)] for name in group] for path, group in zip(self.paths, names, strict=True)]
-        trainable = [
-            [costs[0][(path, name)].params > 0 for name in group] for path, group in zip(self.paths, names, strict=True)
-        ]
-        picked = solve(values, table, limit)
-        if not any(row[index] for row, index in zip(trainable, picked, strict=True)):
-            picked = self._solve_trained(values, table, limit, trainable)
-        chosen = {path: group[index] for path, group, index in zip(self.paths, names, picked, strict=True)}
-        used = sum(row[index] for row, index in zip(table, picked, strict=True))
-        score = sum(row[index] for row, index in zip(values, picked, strict=True))
-        return Choice(chosen, kind, float(budget), limit, (rest + used) / total, score)
+        _check_range(budget, kind)
+        return self._table(costs).choose(scores, budget, kind)
 
     def cheapest(self, costs: tuple[Mapping[tuple[str, str], Cost], Cost], kind: str = "latency") -> Choice:
         """The choice of least summed cost that keeps a candidate with parameters to train: what a latency budget
         below it by the costs is measured against (candidates timed alone need not add up: `choose_measured`)."""
-        negated = {key: -costs[0][key].of(kind) for key in self.successors}
-        return self.choose(negated, costs, BELOW_ONE, kind)
+        return self._table(costs).cheapest(kind)
 
     def choose_measured(
         self,
@@ -541,19 +470,8 @@ class CandidateLibrary:
         else:
             self.check_budget(costs, budget, kind)
         self._check_entries("scores", scores)
-        alternatives = [self.priced(chosen, scores, costs, kind) for chosen in also]
-        # like the solver's, an alternative keeps a candidate with parameters to train (every group skipped does not)
-        alternatives = [a for a in alternatives if any(costs[0][key].params > 0 for key in a.chosen.items())]
-        floor = min(self.cheapest(costs, kind).predicted_ratio * (1 + 1e-9), BELOW_ONE)  # what the solver is given
-        return measured_choice(
-            lambda given: self.choose(scores, costs, given, kind),  # given stays in [floor, 1): the solver finds one
-            measure,
-            budget,
-            floor,
-            rounds=rounds,
-            tolerance=tolerance,
-            also=alternatives,
-            assess=assess,
+        return self._table(costs).choose_measured(
+            scores, budget, measure, kind, rounds=rounds, tolerance=tolerance, also=also, assess=assess
         )
 
     def priced(
@@ -567,11 +485,7 @@ class CandidateLibrary:
         summed cost as ``limit``, no budget. Raises `ValueError` for a choice that does not name a candidate of this
         library for every group."""
         self.check_choice(chosen)
-        _, _, total = self._table(costs, kind)
-        per_key, rest = costs
-        used = sum(per_key[(path, chosen[path])].of(kind) for path in self.paths)
-        score = sum(scores[(path, chosen[path])] for path in self.paths)
-        return Choice(dict(chosen), kind, 0.0, used, (rest.of(kind) + used) / total, score)
+        return self._table(costs).priced(chosen, scores, kind)
 
     def uniform_choices(self) -> list[dict[str, str]]:
         """One kind of candidate for every group, for each name every group has but ``keep`` (the alternatives a
@@ -594,11 +508,7 @@ class CandidateLibrary:
 
     def check_choice(self, chosen: Mapping[str, str]) -> None:
         """Raises `ValueError` in one line unless ``chosen`` names a candidate of this library for every group."""
-        if set(chosen) != set(self.paths):
-            raise ValueError(f"a choice names one candidate for each group {self.paths}, got {sorted(chosen)}")
-        for path in self.paths:
-            if (path, chosen[path]) not in self.successors:
-                raise ValueError(f"group {path} has no candidate {chosen[path]!r}; it has {self.names(path)}")
+        _check_choice(chosen, {path: self.names(path) for path in self.paths})
 
     def plan(self, choice: Choice | Mapping[str, str]) -> Plan:
         """The chosen candidates as a `Plan` for `replace_`: each successor (and its projections) a copy of the

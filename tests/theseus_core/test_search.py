@@ -12,7 +12,7 @@ from torch import nn
 
 import theseus_core as th
 from tests.hypothesis_profiles import examples
-from theseus_core import search
+from theseus_core import budget as core_budget
 from theseus_core.candidates import keep_specs, skip_specs
 from theseus_core.search import KEEP, CandidateLibrary
 from theseus_core.testing import ToyStack
@@ -216,7 +216,7 @@ def test_check_budget_refuses_what_choose_refuses_and_solves_nothing(setup, monk
     cheapest = rest.params + sum(min(per_key[(path, name)].params for name in library.names(path)) for path in GROUPS)
     for budget in (0, 1.5, "half", cheapest / total * 0.99, cheapest / total * 1.01, 0.5, 0.99):
         with monkeypatch.context() as patched:
-            patched.setattr(search, "solve", lambda *args: pytest.fail("check_budget solved"))
+            patched.setattr(core_budget, "solve", lambda *args: pytest.fail("check_budget solved"))
             try:
                 library.check_budget(costs, budget, "params")
             except ValueError as refused:

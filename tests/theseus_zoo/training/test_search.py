@@ -114,7 +114,7 @@ def test_a_family_that_offers_no_candidates_is_refused_in_one_line():
 def test_the_check_builds_the_candidates_once_and_nothing_else(monkeypatch):
     """Latency is measured, so the check builds the candidate library, once; it reads one batch of the training
     split for the costs, and orders, distils, scores and solves nothing (all of that is `BudgetSearch.run`'s)."""
-    from theseus_core import search as core_search
+    from theseus_core import budget as core_budget
     from theseus_zoo.recipes import get_recipe
     from theseus_zoo.tasks import build_task
     from theseus_zoo.training import search
@@ -138,7 +138,7 @@ def test_the_check_builds_the_candidates_once_and_nothing_else(monkeypatch):
     monkeypatch.setattr(search, "DataOrder", unneeded)
     for name in ("distill_", "scores", "choose"):
         monkeypatch.setattr(library, name, unneeded)
-    monkeypatch.setattr(core_search, "solve", unneeded)
+    monkeypatch.setattr(core_budget, "solve", unneeded)
     per_key, rest = search.BudgetSearch(task, recipe, torch.device("cpu")).check(task.build_predecessor())
     assert built == [1] and 0 < len(reads) <= recipe.replacing.batch_size
     assert {name for _, name in per_key} >= {"keep", "skip"} and rest.params > 0
