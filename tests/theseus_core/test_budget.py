@@ -1,4 +1,5 @@
-"""theseus_core.budget: the exact solver, and the measured search around it (any solver, any measurement)."""
+"""theseus_core.budget: the exact solver, the measured search around it (any solver, any measurement), and
+`CostTable`, the choosing of a candidate library on plain numbers."""
 
 import itertools
 import random
@@ -8,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.hypothesis_profiles import examples
-from theseus_core.budget import Choice, measured_choice, solve
+from theseus_core import budget
+from theseus_core.budget import Choice, Cost, CostTable, measured_choice, solve
 
 pytest.importorskip("scipy")
 
@@ -152,3 +154,162 @@ def test_the_solver_keeps_the_limit_whatever_the_unit_of_the_costs(seed, unit):
     limit = cheapest * (1 + 1e-4)  # only choices within 0.01% of the cheapest fit
     picked = solve(scores, costs, limit)
     assert sum(row[index] for row, index in zip(costs, picked, strict=True)) <= limit * (1 + 1e-9)
+
+
+# ------------------------------------------------------------------------------------------ the cost table
+@st.composite
+def cost_tables(draw):
+    """A small table of whole-number latencies (parameters drawn apart from them; ``skip`` and some others have
+    none), its scores (half the time every parameter-free candidate scores best), and a budget whose limit on the
+    groups' summed latency is k + 0.5: no summed latency lies on it."""
+    candidates, costs, scores, free_first = {}, {}, {}, draw(st.booleans())
+    for group in range(draw(st.integers(1, 4))):
+        path = f"blocks[{group}]"
+        others = draw(st.lists(st.sampled_from(["skip", "one", "narrow"]), min_size=1, max_size=3, unique=True))
+        candidates[path] = ["keep", *others]
+        for name in candidates[path]:
+            params = 0 if name == "skip" else draw(st.sampled_from([0, 3, 50]))
+            latency = draw(st.integers(10, 20) if name == "keep" else st.integers(1, 20))  # keep: mostly dearest
+            costs[(path, name)] = Cost(float(latency), params)
+            if free_first:  # the solver's best has nothing to train whenever such a choice fits
+                scores[(path, name)] = 0.0 if params == 0 else -float(draw(st.integers(1, 10)))
+            else:
+                scores[(path, name)] = 0.0 if name == "keep" else -float(draw(st.integers(0, 10)))
+    rest = Cost(float(draw(st.integers(0, 20))), draw(st.integers(0, 100)))
+    inside = sum(costs[(path, "keep")].latency for path in candidates)
+    cheapest = sum(min(costs[(path, name)].latency for name in names) for path, names in candidates.items())
+    low, high = max(0, int(cheapest) - 2), int(inside) - 1  # down to just below the cheapest
+    limit = high - round(draw(st.floats(0, 1)) * (high - low)) + 0.5
+    budget = (rest.latency + limit) / (rest.latency + inside)
+    return CostTable(candidates, costs, rest), scores, budget, limit
+
+
+def every_choice(table):
+    """Each choice of one candidate per group, as its (path, name) keys, with its summed latency and whether any of
+    its candidates has parameters to train."""
+    for names in itertools.product(*table.candidates.values()):
+        keys = list(zip(table.paths, names, strict=True))
+        yield keys, sum(table.costs[key].latency for key in keys), any(table.costs[key].params > 0 for key in keys)
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(cost_tables())
+def test_the_choice_keeps_the_budget_and_scores_as_the_best_choice_enumerated(drawn):
+    """Whatever the table and the budget: a choice within the limit with a parameter to train, scoring what the best
+    such choice enumerated scores; no choice within: refused as below the cheapest; only parameter-free ones
+    within: refused as such."""
+    table, scores, budget, limit = drawn
+    fits = [(keys, trains) for keys, cost, trains in every_choice(table) if cost <= limit]
+    if not fits:
+        with pytest.raises(ValueError, match="is below what the cheapest candidates reach"):
+            table.choose(scores, budget)
+        return
+    if not any(trains for _, trains in fits):
+        with pytest.raises(ValueError, match="fits only choices without a parameter to train"):
+            table.choose(scores, budget)
+        return
+    best = max(sum(scores[key] for key in keys) for keys, trains in fits if trains)
+    choice = table.choose(scores, budget)
+    used = sum(table.costs[item].latency for item in choice.chosen.items())
+    whole = table.rest.latency + sum(table.costs[(path, "keep")].latency for path in table.paths)
+    assert table.rest.latency + used <= budget * whole
+    assert choice.predicted_ratio <= budget and choice.limit == pytest.approx(limit)
+    assert any(table.costs[item].params > 0 for item in choice.chosen.items())
+    assert choice.score == best == sum(scores[item] for item in choice.chosen.items())
+    priced = table.priced(choice.chosen, scores)
+    assert (priced.predicted_ratio, priced.score, priced.limit) == (choice.predicted_ratio, choice.score, used)
+
+
+@settings(max_examples=examples(30), deadline=None)
+@given(cost_tables())
+def test_the_cheapest_choice_is_the_least_latency_enumerated_with_a_parameter_to_train(drawn):
+    table, _, _, _ = drawn
+    inside = sum(table.costs[(path, "keep")].latency for path in table.paths)
+    trained = [cost for _, cost, trains in every_choice(table) if trains and cost < inside]
+    if not trained:  # the largest budget is below 1: keeping every group is not cheaper than the predecessor
+        with pytest.raises(ValueError, match=r"below what the cheapest|fits only choices without a parameter"):
+            table.cheapest()
+        return
+    cheapest = table.cheapest()
+    assert sum(table.costs[item].latency for item in cheapest.chosen.items()) == min(trained)
+
+
+# (keep, skip, narrow) latencies (4, 1, 2) in each of two groups, the rest 2: the predecessor costs 10, the cheapest
+# choice 4 (every group skipped, nothing to train), the cheapest with a parameter to train 5; multiply-adds 10 times
+# as many
+GROUPS = ["a", "b"]
+COSTS = {
+    **{(path, "keep"): Cost(4.0, 10, 40) for path in GROUPS},
+    **{(path, "skip"): Cost(1.0, 0, 10) for path in GROUPS},
+    **{(path, "narrow"): Cost(2.0, 3, 20) for path in GROUPS},
+}
+SCORES = {("a", "keep"): 0.0, ("b", "keep"): 0.0, ("a", "narrow"): -1.0, ("b", "narrow"): -2.0}
+
+
+def small_table(refused=0):
+    candidates = {path: ["keep", "skip", "narrow"] for path in GROUPS}
+    return CostTable(candidates, COSTS, Cost(2.0, 5, 20), refused=refused)
+
+
+def test_a_budget_outside_zero_one_below_the_cheapest_or_fitting_only_what_trains_nothing_is_refused(monkeypatch):
+    """Each refusal in one line, before anything is solved or measured; the refused candidates are said when the
+    budget is below the cheapest, and the least budget that fits a choice to train when only skipping fits."""
+    monkeypatch.setattr(budget, "solve", lambda *args: pytest.fail("solved"))
+    scores = {**SCORES, ("a", "skip"): -5.0, ("b", "skip"): -3.0}
+    unmeasured = lambda chosen: pytest.fail("measured")  # noqa: E731
+    table, in_range = small_table(), r"a fraction of the predecessor's \w+ in \(0, 1\), got"
+    for bad in (0, 1, 1.5, -0.2, "half", None):
+        with pytest.raises(ValueError, match=in_range):
+            table.check_budget(bad)
+        with pytest.raises(ValueError, match=in_range):
+            table.choose(scores, bad, "params")
+        for kind in ("latency", "params"):
+            with pytest.raises(ValueError, match=in_range):
+                table.choose_measured(scores, bad, unmeasured, kind)
+    with pytest.raises(ValueError, match=r"latency budget of 0.3 is below .* \(0.400 of the predecessor's\)") as below:
+        small_table().choose(scores, 0.3)
+    assert "refused" not in str(below.value)
+    with pytest.raises(ValueError, match=r"\(2 were refused when built: CandidateLibrary.refused\)$") as below:
+        small_table(refused=2).check_budget(0.3)
+    with pytest.raises(ValueError, match=r"fits only choices without .* at least 0.500 of the predecessor's") as only:
+        small_table().choose(scores, 0.45)
+    with pytest.raises(ValueError, match="fits only choices without a parameter to train"):
+        small_table().choose_measured(scores, 0.45, unmeasured, "macs")
+    for refused in (below, only):
+        assert "\n" not in str(refused.value)
+
+
+def test_the_solvers_parameter_free_best_gives_way_to_the_best_with_a_parameter_to_train():
+    """Every group skipped scores best and fits; the choice is the best that keeps something to train."""
+    scores = {**SCORES, ("a", "skip"): -0.1, ("b", "skip"): -0.1}
+    assert solve([[0.0, -0.1, -1.0], [0.0, -0.1, -2.0]], [[4.0, 1.0, 2.0], [4.0, 1.0, 2.0]], 3.0) == [1, 1]
+    choice = small_table().choose(scores, 0.5)
+    assert choice == Choice({"a": "narrow", "b": "skip"}, "latency", 0.5, 3.0, 0.5, -1.1)
+    assert small_table().cheapest("params").chosen in ({"a": "narrow", "b": "skip"}, {"a": "skip", "b": "narrow"})
+
+
+def test_an_exact_prediction_measures_one_choice_and_a_parameter_free_alternative_is_not_measured():
+    table = small_table()
+    scores = {**SCORES, ("a", "skip"): -5.0, ("b", "skip"): -3.0}
+    measured = []
+
+    def exact(chosen):
+        measured.append(chosen)
+        return table.priced(chosen, scores).predicted_ratio
+
+    skipped, narrow = dict.fromkeys(GROUPS, "skip"), dict.fromkeys(GROUPS, "narrow")
+    choice, trail = table.choose_measured(scores, 0.6, exact, rounds=6, also=[skipped])
+    assert measured == [narrow] and len(trail) == 1 and choice.chosen == table.choose(scores, 0.6).chosen == narrow
+    assert choice.measured_ratio == choice.predicted_ratio == 0.6
+    with pytest.raises(ValueError, match="group b has no candidate 'wide'; it has \\['keep', 'skip', 'narrow'\\]"):
+        table.choose_measured(scores, 0.6, exact, also=[{"a": "keep", "b": "wide"}])
+    with pytest.raises(ValueError, match=r"one candidate for each group \['a', 'b'\], got \['a'\]"):
+        table.priced({"a": "keep"}, scores)
+    assert len(measured) == 1
+
+
+def test_a_table_without_keep_or_a_cost_for_a_candidate_is_refused():
+    with pytest.raises(ValueError, match="the group at a has no 'keep' candidate"):
+        CostTable({"a": ["skip"]}, COSTS, Cost(1.0, 1))
+    with pytest.raises(ValueError, match="no cost for candidate 'wide' of the group at b"):
+        CostTable({"a": ["keep"], "b": ["keep", "wide"]}, COSTS, Cost(1.0, 1))
