@@ -413,7 +413,7 @@ class CandidateLibrary:
         one line for a budget outside (0, 1), one that even the cheapest candidates exceed, or one that only
         parameter-free choices fit (`check_budget`)."""
         self._check_entries("scores", scores)  # the inputs first: what they say must not hang on measured costs
-        _check_range(budget, kind)
+        _check_range(budget, kind)  # as `check_budget`: the budget, then the costs
         return self._table(costs).choose(scores, budget, kind)
 
     def cheapest(self, costs: tuple[Mapping[tuple[str, str], Cost], Cost], kind: str = "latency") -> Choice:
