@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from .checks import check_probability
+from .checks import check_probability, is_integral
 from .prepare import (
     Prepared,
     check_arguments,
@@ -153,6 +153,10 @@ def replace_(
     if compile_options is not None:
         theseus._compile(compile_options)
     return theseus
+
+
+_ROUTING_STATE = ("paths", "seed", "rate", "eval_route", "generator_state", "calls", "successor_calls")
+"""The entries of `Theseus.state_dict`."""
 
 
 class Theseus:
@@ -311,18 +315,41 @@ class Theseus:
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restores what `state_dict` saved; the group paths must match this handle's."""
+        """Restores what `state_dict` saved, or raises and changes nothing: every entry is checked first (the group
+        paths must match this handle's; rate, eval route, seed, the generator state, and the per-group counters,
+        one per group)."""
         paths = [site.path for site in self._sites]
-        if list(state.get("paths", [])) != paths:
-            raise ValueError(f"this routing state is for groups {state.get('paths')}, this handle has {paths}")
+        if not isinstance(state, Mapping):
+            raise TypeError(f"load_state_dict takes what Theseus.state_dict returned, got {type(state).__name__}")
+        missing = [key for key in _ROUTING_STATE if key not in state]
+        if missing:
+            raise ValueError(f"this routing state has no {', '.join(map(repr, missing))}: give what state_dict saved")
+        if list(state["paths"]) != paths:
+            raise ValueError(f"this routing state is for groups {state['paths']}, this handle has {paths}")
         rate = check_probability("this routing state's rate", state["rate"])
         check_eval_route(state["eval_route"])
+        if not is_integral(state["seed"]):
+            raise ValueError(f"this routing state's seed must be an integer, got {state['seed']!r}")
+        counters = {}
+        for key in ("calls", "successor_calls"):
+            values = state[key]
+            if not isinstance(values, Sequence) or len(values) != len(paths) or not all(map(is_integral, values)):
+                raise ValueError(
+                    f"this routing state's {key} must be {len(paths)} integers (one per group), got {values!r}"
+                )
+            counters[key] = [int(value) for value in values]
+        generator = torch.Generator()
+        try:  # torch checks the state's size and type: on a scratch generator, so that a bad one writes nothing
+            generator.set_state(state["generator_state"])
+        except (TypeError, RuntimeError, ValueError) as error:
+            raise ValueError(
+                f"this routing state's generator_state is not a torch generator's state: {error}"
+            ) from error
         router = self._router  # written directly: a finished handle still takes its state (a checkpoint's callback)
         router.rate, router.eval_route = rate, state["eval_route"]
-        router.seed = state["seed"]
-        router.generator.set_state(state["generator_state"])
-        router.calls = list(state["calls"])
-        router.successor_calls = list(state["successor_calls"])
+        router.seed = int(state["seed"])
+        router.generator.set_state(generator.get_state())
+        router.calls, router.successor_calls = counters["calls"], counters["successor_calls"]
 
     # -------------------------------------------------------------- finishing
     def finalize(self) -> nn.Module:

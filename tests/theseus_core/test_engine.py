@@ -362,6 +362,35 @@ def test_resuming_from_the_state_dict_takes_the_same_routes(case, interrupt_at):
     assert before + after == uninterrupted
 
 
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda state: state.pop("calls"), "has no 'calls'"),
+        (lambda state: state.update(paths=["blocks[0:3]"]), "is for groups"),
+        (lambda state: state.update(rate=1.5), "rate must be a number in"),
+        (lambda state: state.update(eval_route="other"), "eval_route must be one of"),
+        (lambda state: state.update(seed="x"), "seed must be an integer"),
+        (lambda state: state.update(calls=[1, 2, 3]), r"calls must be 2 integers \(one per group\)"),
+        (lambda state: state.update(successor_calls=[0.5, 1]), "successor_calls must be 2 integers"),
+        (lambda state: state.update(generator_state=torch.zeros(3, dtype=torch.uint8)), "generator's state"),
+    ],
+)
+def test_a_bad_routing_state_is_refused_before_any_of_it_is_written(change, message):
+    """Every entry checked first: a state that fails on its generator or counters leaves the rate and the seed."""
+    model = ToyStack(num_blocks=4)
+    theseus = th.replace_(model, th.plan(model, "blocks", num_groups=2, successor=th.copy_module(0)), seed=3)
+    theseus.rate = 0.25
+    model.train()(*model.example_inputs())
+    before = copy.deepcopy(theseus.state_dict())
+    state = {**copy.deepcopy(before), "rate": 0.9, "seed": 123}
+    change(state)
+    with pytest.raises(ValueError, match=message):
+        theseus.load_state_dict(state)
+    after = theseus.state_dict()
+    assert after.keys() == before.keys() and torch.equal(after.pop("generator_state"), before.pop("generator_state"))
+    assert after == before
+
+
 @pytest.mark.parametrize("rate", [0.0, 0.1, 0.5, 0.9, 1.0])
 def test_replacement_frequency_matches_the_rate(rate):
     model = ToyStack(num_blocks=6, container="list")
