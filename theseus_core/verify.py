@@ -64,6 +64,7 @@ class Reference:
     """What the original model did on the example batches: per (batch, mode) run, its `Trace`."""
 
     runs: list[tuple[int, bool, Trace]]  # (batch index, training, trace)
+    names: dict[int, str]  # each module's name in the original model, by id (the surgery renumbers containers)
 
     @property
     def group_inputs(self) -> list[Batch]:
@@ -129,7 +130,7 @@ def run_original(run: ExampleRun, groups: Sequence[ResolvedGroup], predecessor_e
                 f"forward deterministic under torch.manual_seed (turn that augmentation off while replacing). "
                 f"The model is unchanged."
             )
-        return Reference(runs)
+        return Reference(runs, _names(run))
 
 
 def _check_layers_ran(run: ExampleRun, groups: Sequence[ResolvedGroup], runs: list[tuple[int, bool, Trace]]) -> None:
@@ -201,7 +202,7 @@ def verify(run: ExampleRun, sites: Sequence[ReplacementSite], groups: Sequence[R
             finally:
                 if router is not None:
                     router.eval_route = eval_route
-            _compare(run, groups, trace, expected, index, training)
+            _compare(run, groups, trace, expected, index, training, reference.names)
 
 
 def eval_outputs(run: ExampleRun) -> list[Any]:
@@ -268,7 +269,10 @@ def _compare(
     expected: Trace,
     index: int,
     training: bool,
+    names: dict[int, str],
 ) -> None:
+    """Raises `VerificationError` unless the run at rate 0 reproduced ``expected``, the original's run (``names``:
+    the original's module names, by id)."""
     where = _where(run, index, training)
     if trace.rebuilt:
         raise VerificationError(
@@ -317,15 +321,19 @@ def _compare(
             + " The model is unchanged."
         )
     frozen = {id(module) for module in run.frozen}
-    names = _names(run)
+    predecessors = {id(inner) for group in groups for module in group.modules for inner in module.modules()}
     for module, key in trace.written:
         if id(module) in frozen and key not in module._non_persistent_buffers_set:
             kind = "parameter" if key in module._parameters else "buffer"
+            remedy = (
+                "keep the groups' modules in eval mode while replacing (predecessor_eval=True)"
+                if id(module) in predecessors
+                else "make that module trainable (train_others=True) or keep it in eval mode"
+            )
             raise VerificationError(
                 f"the frozen module {names.get(id(module), '?')} ({type(module).__name__}) changed its {kind} "
                 f"{key!r} in a {_mode(training)}-mode forward at rate 0; theseus_core holds batch-norm statistics "
-                f"still but nothing else: make that module trainable (train_others=True) or keep it in eval mode. "
-                f"The model is unchanged."
+                f"still but nothing else: {remedy}. The model is unchanged."
             )
 
 

@@ -225,23 +225,40 @@ def test_batch_norms_outside_the_groups_are_frozen_unless_train_others(train_oth
     assert stem_bn.track_running_stats
 
 
-def test_a_frozen_module_that_writes_another_buffer_is_refused():
-    class Counter(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.register_buffer("seen", torch.zeros(()))
-            self.linear = nn.Linear(8, 8)
+class Counter(nn.Module):
+    """Counts its training-mode calls in a buffer (a statistic theseus_core does not hold still)."""
 
-        def forward(self, x):
-            if self.training:
-                self.seen += 1
-            return self.linear(x)
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("seen", torch.zeros(()))
+        self.linear = nn.Linear(8, 8)
 
-    model = nn.Sequential(Counter(), nn.Linear(8, 8), nn.Linear(8, 8))
+    def forward(self, x):
+        if self.training:
+            self.seen += 1
+        return self.linear(x)
+
+
+@pytest.mark.parametrize(
+    ("layers", "group", "message"),
+    [
+        ("CLL", "[1:3]", r"frozen module 0 \(Counter\) changed its buffer 'seen' .* \(train_others=True\)"),
+        # named as in the original, whose container the surgery renumbers (the site is [0] now, the Counter [1])
+        ("LLC", "[0:2]", r"frozen module 2 \(Counter\) changed its buffer 'seen' .* \(train_others=True\)"),
+        # in a group, train_others cannot help: the group's modules are the predecessor, frozen whatever it says
+        ("CLL", "[0:2]", r"frozen module 0 \(Counter\) .* in eval mode while replacing \(predecessor_eval=True\)"),
+    ],
+)
+def test_a_frozen_module_that_writes_another_buffer_is_refused_by_its_name_with_what_helps(layers, group, message):
+    model = nn.Sequential(*(Counter() if kind == "C" else nn.Linear(8, 8) for kind in layers))
     before = snapshot(model)
-    with pytest.raises(th.VerificationError, match=r"frozen module 0 \(Counter\) changed its buffer 'seen'"):
-        th.replace_(model, [th.ModuleSpec("[1:3]", th.copy_module(0))], example_inputs=(torch.randn(2, 8),))
+    with pytest.raises(th.VerificationError, match=message):
+        th.replace_(model, [th.ModuleSpec(group, th.copy_module(0))], example_inputs=(torch.randn(2, 8),))
     assert_untouched(model, before)
+    if "predecessor_eval" in message:  # what it advises works
+        th.replace_(
+            model, [th.ModuleSpec(group, th.copy_module(0))], example_inputs=(torch.randn(2, 8),), predecessor_eval=True
+        )
 
 
 class AppendingLinear(nn.Linear):
