@@ -79,6 +79,24 @@ def test_assert_replacement_equivalence_accepts_every_random_case(case):
     assert_replacement_equivalence(case.model, case.specs, case.example_inputs)
 
 
+def test_assert_replacement_equivalence_takes_the_batches_replace_takes_and_checks_each():
+    class NoBatchOfThree(ToyBlock):
+        def forward(self, x, scale=None):
+            if x.shape[0] == 3:
+                raise ValueError("no batch of three")
+            return super().forward(x, scale)
+
+    model = ToyStack(num_blocks=4)
+    specs = [th.ModuleSpec("blocks[0:2]", lambda group: NoBatchOfThree(16))]
+    (x,) = model.example_inputs(batch_size=4)
+    assert_replacement_equivalence(model, specs, [(x,), {"x": x[:2]}])  # a tuple, a dict of keyword arguments
+    # replace_ runs successors on the first batch only; the properties hold on every batch
+    with pytest.raises(AssertionError, match=r"at rate 1 \(example batch 1\) raised ValueError .*: no batch of three"):
+        assert_replacement_equivalence(model, specs, [(x,), (x[:3],)])
+    with pytest.raises(TypeError, match=r"example_inputs must be a tuple .* got Tensor"):  # not split into rows
+        assert_replacement_equivalence(model, specs, x[:1])
+
+
 # ------------------------------------------------------------- gradients
 
 

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from ..engine import frozen_modules, replace_
+from ..prepare import check_arguments, example_batches
 from ..spec import ModuleSpec, Plan, resolve
 from ..verify import copied, tensors
 
@@ -71,7 +72,7 @@ def _state(model: nn.Module) -> dict[str, torch.Tensor]:
 def assert_replacement_equivalence(
     model: nn.Module,
     specs: Sequence[ModuleSpec] | Plan,
-    example_inputs: tuple[Any, ...],
+    example_inputs: tuple[Any, ...] | list[tuple[Any, ...] | Mapping[str, Any]],
     example_kwargs: Mapping[str, Any] | None = None,
     *,
     seed: int = 0,
@@ -102,7 +103,10 @@ def assert_replacement_equivalence(
     Args:
         model: The model to check; left untouched.
         specs: What `replace_` would get.
-        example_inputs, example_kwargs: One batch for ``model(*example_inputs, **example_kwargs)``.
+        example_inputs, example_kwargs: What `replace_` takes: one batch, ``model(*example_inputs,
+            **example_kwargs)``, or a list of batches (tuples of positional arguments or dicts of keyword
+            arguments, ``example_kwargs`` merged into each); checks 1-3 hold on every batch, checks 4-5 take the
+            batches in turn.
         seed: Seeds both the routes and the global RNG for dropout. (default: ``0``)
         rtol, atol: Tolerances for checks 2 and 3 (check 1 is exact).
         draws: Training forwards at rate 0.5 for checks 4 and 5. (default: ``8``)
@@ -110,27 +114,39 @@ def assert_replacement_equivalence(
 
     Raises:
         AssertionError: Naming the property that failed, or the model that raised (at which rate, or
-            finalized), in which mode, and its error.
+            finalized), in which mode, on which batch when there are several, and its error.
         VerificationError: `replace_` or `Theseus.finalize` refused, naming the cause.
+        TypeError, ValueError: ``example_inputs`` or ``example_kwargs`` are not what `replace_` takes (a bare
+            tensor is not a tuple of arguments), before anything runs.
     """
-    kwargs = dict(example_kwargs or {})
-    inputs = tuple(example_inputs)
+    check_arguments(model, specs, seed, "successor", False, example_inputs, example_kwargs)
+    if example_inputs is None:
+        raise TypeError("example_inputs: the properties are checked on example batches; give at least one")
+    batches = example_batches(example_inputs, example_kwargs, None)  # the caller's: `replace_` adds a plan's
+    at = [f" (example batch {index})" if len(batches) > 1 else "" for index in range(len(batches))]
 
     work = copy.deepcopy(model)
-    original = _run_frozen(work, specs, replace_options, True, seed, inputs, kwargs)
-    theseus = replace_(work, specs, seed=seed, example_inputs=inputs, example_kwargs=kwargs, **replace_options)
+    originals = [_run_frozen(work, specs, replace_options, True, seed, *batch) for batch in batches]
+    theseus = replace_(
+        work, specs, seed=seed, example_inputs=example_inputs, example_kwargs=example_kwargs, **replace_options
+    )
     theseus.rate = 0.0
-    at_zero = _run(work, True, seed, inputs, kwargs, what="the model at rate 0")
-    _assert_outputs(at_zero, original, "rate 0 differs from the original model", 0, 0)
+    for batch, original, where in zip(batches, originals, at, strict=True):
+        at_zero = _run(work, True, seed, *batch, what="the model at rate 0" + where)
+        _assert_outputs(at_zero, original, "rate 0 differs from the original model" + where, 0, 0)
     theseus.rate = 1.0
     theseus.eval_route = "successor"  # check 3 compares the successors, whichever route eval_route= gives in eval
-    all_successors = _run(work, True, seed, inputs, kwargs, what="the model at rate 1")
-    evaluated = _run(work, False, seed, inputs, kwargs, what="the model at rate 1")
+    all_successors, evaluated = [], []
+    for batch, where in zip(batches, at, strict=True):
+        all_successors.append(_run(work, True, seed, *batch, what="the model at rate 1" + where))
+        evaluated.append(_run(work, False, seed, *batch, what="the model at rate 1" + where))
     compact = theseus.finalize()
-    finalized = _run(compact, False, seed, inputs, kwargs, what="the finalized model")
-    _assert_outputs(finalized, evaluated, "eval mode differs from finalized", rtol, atol)
-    finalized = _run(compact, True, seed, inputs, kwargs, what="the finalized model")
-    _assert_outputs(finalized, all_successors, "rate 1 differs from finalized", rtol, atol)
+    for batch, expected, where in zip(batches, evaluated, at, strict=True):
+        finalized = _run(compact, False, seed, *batch, what="the finalized model" + where)
+        _assert_outputs(finalized, expected, "eval mode differs from finalized" + where, rtol, atol)
+    for batch, expected, where in zip(batches, all_successors, at, strict=True):
+        finalized = _run(compact, True, seed, *batch, what="the finalized model" + where)
+        _assert_outputs(finalized, expected, "rate 1 differs from finalized" + where, rtol, atol)
 
     work = copy.deepcopy(model)
     before = _state(work)
@@ -147,7 +163,8 @@ def assert_replacement_equivalence(
     for draw in range(draws):
         for param in work.parameters():
             param.grad = None
-        output = _run(work, True, seed + draw, inputs, kwargs, grad=True, what="the model at rate 0.5")
+        batch, where = batches[draw % len(batches)], at[draw % len(batches)]
+        output = _run(work, True, seed + draw, *batch, grad=True, what="the model at rate 0.5" + where)
         loss = sum(t.float().sum() for t in tensors(output) if t.requires_grad)
         if isinstance(loss, torch.Tensor):
             loss.backward()
