@@ -436,7 +436,12 @@ class Theseus:
 
     def _require(self, state: str) -> None:
         if self._state != state:
-            raise RuntimeError(f"this Theseus handle was already {self._state}; call replace_ again to start over")
+            now = (
+                "the model keeps its successors for good (a copy of the original taken before replace_ is the way back)"
+                if self._state == "finalized"
+                else "the model is the original again; call replace_ again to start over"
+            )
+            raise RuntimeError(f"this Theseus handle was already {self._state}: {now}")
 
     def __repr__(self) -> str:
         lines = [

@@ -115,7 +115,12 @@ class SuccessorRegistry:
                 raise KeyError(
                     f"a successor for {_slot_name(predecessor_type, name)} is already registered "
                     f"({_describe(entries[-1].factory)!r}); pass replace=True to use yours instead "
-                    f"(unregister undoes it), or register it in a private th.SuccessorRegistry() for replace_"
+                    f"(unregister undoes it)"
+                    + (
+                        ", or register it in a private th.SuccessorRegistry() for replace_"
+                        if self is DEFAULT_REGISTRY
+                        else ""
+                    )
                 )
             else:
                 entries.append(_Entry(factory, False))

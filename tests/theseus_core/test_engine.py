@@ -206,7 +206,7 @@ def test_finished_handles_refuse_further_work():
     model = ToyStack()
     theseus = th.replace_(model, [th.ModuleSpec("blocks[0:2]", th.copy_module(0))])
     theseus.finalize()
-    with pytest.raises(RuntimeError, match="already finalized"):
+    with pytest.raises(RuntimeError, match="already finalized: the model keeps its successors for good"):
         theseus.restore()
     for parameters in (theseus.successor_parameters, theseus.trainable_parameters):  # when called, not iterated
         with pytest.raises(RuntimeError, match="already finalized"):
@@ -218,7 +218,7 @@ def test_finished_handles_refuse_further_work():
     theseus.load_state_dict(theseus.state_dict())  # a checkpoint saved after finalize still loads (Lightning's test)
     restored = th.replace_(model, [th.ModuleSpec("blocks[0:2]", th.copy_module(0))])
     restored.restore()
-    with pytest.raises(RuntimeError, match="already restored"):
+    with pytest.raises(RuntimeError, match="already restored: the model is the original again; call replace_ again"):
         restored.rate = 1.0
 
 
