@@ -93,7 +93,11 @@ class ExampleRun:
     batches: list[Batch]
     seed: int
     frozen: Sequence[nn.Module]  # the modules whose parameters do not require grad while replacing
+    names: dict[int, str] = field(init=False, repr=False)  # by id, as named when the run was set up (before a surgery)
     _copies: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.names = {id(module): name or "the model" for name, module in self.model.named_modules()}
 
     @contextmanager
     def one_copy(self) -> Iterator[None]:
@@ -110,8 +114,10 @@ class ExampleRun:
     def __call__(self, trace: Trace, batch: Batch, training: bool, set_modes: Callable[[], None]) -> Trace:
         """Runs the model on ``batch`` in the given mode and fills ``trace`` with its output, the tensors the
         run changed in place and the modules it rebuilt; puts everything back afterwards."""
-        modules = list(self.model.named_modules(remove_duplicate=True))
-        saved = [_ModuleState(name, module, copies=self._copies) for name, module in modules]
+        modules = list(self.model.named_modules(remove_duplicate=True))  # named as the messages name them
+        saved = [
+            _ModuleState(self.names.get(id(module), name), module, copies=self._copies) for name, module in modules
+        ]
         flags = [(param, param.requires_grad) for param in self.model.parameters()]
         devices = sorted({t.device.index or 0 for t in (*self.model.parameters(), *self.model.buffers()) if t.is_cuda})
         try:

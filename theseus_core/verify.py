@@ -64,7 +64,6 @@ class Reference:
     """What the original model did on the example batches: per (batch, mode) run, its `Trace`."""
 
     runs: list[tuple[int, bool, Trace]]  # (batch index, training, trace)
-    names: dict[int, str]  # each module's name in the original model, by id (the surgery renumbers containers)
 
     @property
     def group_inputs(self) -> list[Batch]:
@@ -85,10 +84,6 @@ def _mode(training: bool) -> str:
 def _where(run: ExampleRun, index: int, training: bool) -> str:
     batch = f"example batch {index}" if len(run.batches) > 1 else "the example batch"
     return f"{batch} in {_mode(training)} mode"
-
-
-def _names(run: ExampleRun) -> dict[int, str]:
-    return {id(module): name or "the model" for name, module in run.model.named_modules()}
 
 
 def run_original(run: ExampleRun, groups: Sequence[ResolvedGroup], predecessor_eval: bool) -> Reference:
@@ -130,7 +125,7 @@ def run_original(run: ExampleRun, groups: Sequence[ResolvedGroup], predecessor_e
                 f"forward deterministic under torch.manual_seed (turn that augmentation off while replacing). "
                 f"The model is unchanged."
             )
-        return Reference(runs, _names(run))
+        return Reference(runs)
 
 
 def _check_layers_ran(run: ExampleRun, groups: Sequence[ResolvedGroup], runs: list[tuple[int, bool, Trace]]) -> None:
@@ -164,7 +159,7 @@ def _check_original(run: ExampleRun, trace: Trace, index: int, training: bool) -
             f"so the successors, built before, would not match it; give an example batch for which it keeps its "
             f"modules (longer sequences), or configure it that way. The model is unchanged."
         )
-    names = _names(run)
+    names = run.names
     weights = [(m, key) for m, key in trace.written if key in m._parameters]
     if weights:
         module, key = weights[0]
@@ -202,7 +197,7 @@ def verify(run: ExampleRun, sites: Sequence[ReplacementSite], groups: Sequence[R
             finally:
                 if router is not None:
                     router.eval_route = eval_route
-            _compare(run, groups, trace, expected, index, training, reference.names)
+            _compare(run, groups, trace, expected, index, training)
 
 
 def eval_outputs(run: ExampleRun) -> list[Any]:
@@ -269,10 +264,8 @@ def _compare(
     expected: Trace,
     index: int,
     training: bool,
-    names: dict[int, str],
 ) -> None:
-    """Raises `VerificationError` unless the run at rate 0 reproduced ``expected``, the original's run (``names``:
-    the original's module names, by id)."""
+    """Raises `VerificationError` unless the run at rate 0 reproduced ``expected``, the original's run."""
     where = _where(run, index, training)
     if trace.rebuilt:
         raise VerificationError(
@@ -331,7 +324,7 @@ def _compare(
                 else "make that module trainable (train_others=True) or keep it in eval mode"
             )
             raise VerificationError(
-                f"the frozen module {names.get(id(module), '?')} ({type(module).__name__}) changed its {kind} "
+                f"the frozen module {run.names.get(id(module), '?')} ({type(module).__name__}) changed its {kind} "
                 f"{key!r} in a {_mode(training)}-mode forward at rate 0; theseus_core holds batch-norm statistics "
                 f"still but nothing else: {remedy}. The model is unchanged."
             )

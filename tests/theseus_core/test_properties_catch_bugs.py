@@ -97,7 +97,7 @@ original_batches = engine.example_batches
 
 
 def verify_training_mode_only(run, sites, groups, reference):
-    training = verify_module.Reference([entry for entry in reference.runs if entry[1]], reference.names)
+    training = verify_module.Reference([entry for entry in reference.runs if entry[1]])
     return original_verify(run, sites, groups, training)
 
 
