@@ -35,6 +35,16 @@ class ScheduledReplacing:
             raise TypeError(f"{name}: schedule must map a step to a rate, got {schedule!r}")
         self.theseus, self.schedule = theseus, schedule
 
+    def _check_trains(self, model: torch.nn.Module, advice: str) -> None:
+        """Raises `ValueError` unless ``model`` (what the loop trains) is or holds the handle's model, and
+        `RuntimeError` if the handle was finalized or restored: before any step."""
+        if not any(module is self.theseus.model for module in model.modules()):
+            raise ValueError(
+                f"{type(self).__name__}: {type(model).__name__} does not hold the model this Theseus handle "
+                f"replaces ({type(self.theseus.model).__name__}); {advice}"
+            )
+        next(iter(self.theseus.successor_parameters()), None)  # raises if the handle was finalized or restored
+
     def _begin_step(self, step: int) -> float:
         """Sets the rate for optimizer step ``step`` (0-based, as the loop counts it) and returns it."""
         self.theseus.rate = self.schedule(step)

@@ -20,7 +20,10 @@ the others none: AdamW leaves them alone). `theseus_adapters.lightning` does the
 (both through `theseus_adapters._callbacks.ScheduledReplacing`).
 
 The rate is set from the optimizer step (``state.global_step``) before every step, so it follows the
-schedule under gradient accumulation too, and it is logged as ``replacing_rate``. Resuming a
+schedule under gradient accumulation too, and it is logged as ``replacing_rate`` (into ``state.log_history``, and
+for the callbacks after this one: the ``report_to`` integrations, which the ``Trainer`` registers before the user's
+callbacks, see it once it is moved first, ``trainer.callback_handler.callbacks.insert(0, trainer.pop_callback(cb))``).
+Training refuses a ``Trainer`` whose model does not hold the handle's model, before any step. Resuming a
 ``Trainer`` checkpoint restores the model and the step, hence the rate; the route generator restarts
 from its seed (routes differ from the uninterrupted run; `theseus compress` resumes them exactly).
 """
@@ -50,6 +53,8 @@ class TheseusCallback(ScheduledReplacing, TrainerCallback):
     def on_train_begin(
         self, args: Any, state: Any, control: Any, model: nn.Module | None = None, **kwargs: Any
     ) -> None:
+        if model is not None:
+            self._check_trains(model, "give the Trainer the model you passed to replace_")
         self._begin_step(state.global_step)
         if model is not None and self._hook is None:
             self._hook = model.register_forward_hook(self._keep_loss_differentiable)
@@ -71,3 +76,6 @@ class TheseusCallback(ScheduledReplacing, TrainerCallback):
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None, **kwargs: Any) -> None:
         if logs is not None:
             logs["replacing_rate"] = self.theseus.rate
+            # the Trainer files a copy of ``logs`` before its callbacks run: the rate goes into that entry too
+            if state.log_history and state.log_history[-1].get("step") == state.global_step:
+                state.log_history[-1].setdefault("replacing_rate", self.theseus.rate)

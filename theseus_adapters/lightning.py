@@ -81,13 +81,9 @@ class TheseusCallback(ScheduledReplacing, pl.Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit":
             return
-        if not any(module is self.theseus.model for module in pl_module.modules()):
-            raise ValueError(
-                f"TheseusCallback: {type(pl_module).__name__} does not hold the model this Theseus handle "
-                f"replaces ({type(self.theseus.model).__name__}); assign it to an attribute of the "
-                "LightningModule (self.model = model) before fit"
-            )
-        next(iter(self.theseus.successor_parameters()), None)  # raises if the handle was finalized or restored
+        self._check_trains(
+            pl_module, "assign it to an attribute of the LightningModule (self.model = model) before fit"
+        )
         self._wrap_backward(pl_module)
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
