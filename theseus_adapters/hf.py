@@ -74,6 +74,7 @@ from .hf_stack import (
     STACK_NAMES,
     Stack,
     find_stacks,
+    index_attributes,
     layer_stack,
     sync_config,
 )
@@ -303,10 +304,22 @@ def layer_successor(
     if (hidden_size is not None or source is not None) and stack is None:
         raise ValueError("source= and hidden_size= need the stack option (hf.plan passes it)")
     if hidden_size is not None:
-        return _fresh_layer(type(group[0]), stack.config(model), hidden_size, 0 if source is None else source)
-    layer = copy.deepcopy(group[0] if source is None else model.get_submodule(stack.path)[source])
-    if heads is not None or intermediate_size is not None:
-        prune_layer_(layer, heads=heads, intermediate_size=intermediate_size)
+        layer = _fresh_layer(type(group[0]), stack.config(model), hidden_size, 0 if source is None else source)
+    else:
+        layer = copy.deepcopy(group[0] if source is None else model.get_submodule(stack.path)[source])
+        if heads is not None or intermediate_size is not None:
+            prune_layer_(layer, heads=heads, intermediate_size=intermediate_size)
+    return _in_the_groups_slot(layer, group[0])
+
+
+def _in_the_groups_slot(layer: nn.Module, first: nn.Module) -> nn.Module:
+    """``layer`` with its `LAYER_INDEX_NAMES` attributes moved to the group's first layer's (the KV cache's slot):
+    while replacing, a successor copied from another layer would otherwise write into that layer's slot too, in the
+    same forward, when a cache is in use (`sync_config` numbers the layers 0, 1, ... at finalize)."""
+    ours, theirs = index_attributes(layer), index_attributes(first)
+    if ours and theirs:
+        for module, name, value in ours:
+            setattr(module, name, value + theirs[0][2] - ours[0][2])
     return layer
 
 

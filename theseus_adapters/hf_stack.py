@@ -240,9 +240,10 @@ def sync_config(
 ) -> None:
     """Makes a transformers model's config and layers agree after its stack lost layers: `plan`'s finalize hook.
 
-    Sets the config's layer count (`Stack.count_name`) to the stack's length, moves every `LAYER_INDEX_NAMES`
-    attribute of layer i by ``i - sources[i]`` (``layer_idx`` 0, 1, ... for the KV cache) and replaces each
-    per-layer config list by its entries at ``sources``. A stack that is one stage of several sets its entry of
+    Sets the config's layer count (`Stack.count_name`) to the stack's length, moves the `LAYER_INDEX_NAMES`
+    attributes of layer i so that its first is ``i`` (``layer_idx`` 0, 1, ... for the KV cache; others in the layer
+    keep their offset from it, whichever slot the layer held before) and replaces each per-layer config list by its
+    entries at ``sources``. A stack that is one stage of several sets its entry of
     the per-stage list (``depths[stage]``); a backbone with one stage per layer gets ``stage_names``,
     ``out_features`` and ``out_indices`` for the layers kept; ``first_k_dense_replace`` counts the kept layers
     that came from the first ones.
@@ -279,9 +280,10 @@ def sync_config(
         if found.model_count_name is not None:  # the config save_pretrained writes
             setattr(model.config, found.model_count_name, len(layers))
     layout.sync_leading_counts(config, sources)
-    for index, (layer, source) in enumerate(zip(layers, sources, strict=True)):
-        for module, name, value in index_attributes(layer):
-            setattr(module, name, value + index - source)
+    for index, layer in enumerate(layers):
+        found_indices = index_attributes(layer)
+        for module, name, value in found_indices:  # the layer's first index becomes its position
+            setattr(module, name, value + index - found_indices[0][2])
     sync_slim(layers, config, found.path)
 
 

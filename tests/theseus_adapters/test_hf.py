@@ -304,6 +304,25 @@ def test_sync_config_reads_sources_from_layer_indices():
     assert [layer.self_attn.layer_idx for layer in model.model.layers] == [0, 1, 2]
 
 
+def test_a_successor_copied_from_another_layer_takes_its_groups_kv_cache_slot_while_replacing():
+    """With a cache in use (a decoder's default), the successor of layers 2-3 copied from layer 1 (``init="first"``)
+    would write into layer 1's slot, in the same forward as layer 1: its attention would see both layers' keys."""
+    model = FAMILIES["llama"].make()
+    inputs = tokens(padded=False)
+    theseus = th.replace_(
+        model, hf.plan(model, num_layers=2, init="first"), example_kwargs={**inputs, "use_cache": False}
+    )
+    first, second = theseus.sites
+    assert [layer.self_attn.layer_idx for layer in (first.successor, second.successor)] == [0, 2]
+    theseus.eval_route = "predecessor"
+    with torch.no_grad(), second.running(second.successor):  # layers 0-1, then the second group's successor
+        cached = model.eval()(**inputs, use_cache=True).logits
+        uncached = model(**inputs, use_cache=False).logits
+    torch.testing.assert_close(cached, uncached)
+    compact = theseus.finalize()
+    assert [layer.self_attn.layer_idx for layer in compact.model.layers] == [0, 1]
+
+
 def test_narrow_llama_successors_keep_head_dim():
     model = FAMILIES["llama"].make()
     inputs = {**tokens(padded=False), "use_cache": False}
