@@ -250,16 +250,26 @@ def plan(
 
 
 def _sync_undoably(model: nn.Module, *, stack: Stack, **options) -> Callable[[], None]:
-    """The plan's finalize hook: `sync_config`, returning what puts the configs back (`theseus_core.Theseus.finalize`
-    calls it when the finalized model fails its check; it puts the layers' attributes back itself). A
-    `sync_config` that raises leaves the configs as they were."""
-    configs = {id(config): config for config in (model.config, stack.config(model))}.values()
-    saved = [(config, dict(vars(config))) for config in configs]
+    """The plan's finalize hook: `sync_config` on a copy of the model's config, which every module of the model that
+    held the config (or one of its sub-configs) gets instead (another model built from the same config object, a
+    teacher, keeps it unchanged); returns what gives the modules the original back (`theseus_core.Theseus.finalize`
+    calls it when the finalized model fails its check; it puts the layers' attributes back itself). A `sync_config`
+    that raises leaves the model with its original config."""
+    from transformers import PretrainedConfig
+
+    copies: dict[int, Any] = {}
+    copy.deepcopy(model.config, copies)  # ``copies``: each object of the config, copied, by the original's id
+    swapped = [
+        (module, module.config)
+        for module in model.modules()
+        if isinstance(getattr(module, "config", None), PretrainedConfig) and id(module.config) in copies
+    ]
+    for module, config in swapped:
+        module.config = copies[id(config)]
 
     def undo() -> None:
-        for config, attributes in saved:
-            vars(config).clear()
-            vars(config).update(attributes)
+        for module, config in swapped:
+            module.config = config
 
     try:
         sync_config(model, stack=stack, **options)

@@ -279,6 +279,28 @@ def test_finalize_makes_config_and_layers_agree(exported, name):
         assert indices == [{0}, {1}]
 
 
+def test_finalize_leaves_a_config_the_model_shares_with_another_as_it_was():
+    """A teacher and a student built from one config object: the student's finalize must not shorten the teacher's
+    (which would then save as a 2-layer config over 4 layers); a finalize that fails gives the original back."""
+    teacher = FAMILIES["llama"].make()
+    student = type(teacher)(teacher.config)
+    shared, inputs = teacher.config, {**tokens(padded=False), "use_cache": False}
+    compact = th.replace_(student, hf.plan(student, num_layers=2), example_kwargs=inputs).finalize()
+    assert teacher.config is shared and shared.num_hidden_layers == 4
+    assert compact.config.num_hidden_layers == 2 and compact.model.config is compact.config
+    assert not any(getattr(module, "config", None) is shared for module in compact.modules())
+
+    student = type(teacher)(teacher.config)
+    plan = hf.plan(student, num_layers=2)
+    failing = th.Plan(plan, on_finalize=lambda model: [plan.on_finalize(model), 1 / 0])
+    theseus = th.replace_(student, failing, example_kwargs=inputs)
+    holders = [module for module in student.modules() if getattr(module, "config", None) is shared]
+    with pytest.raises(ZeroDivisionError):
+        theseus.finalize()
+    assert len(holders) > 2 and all(module.config is shared for module in holders)
+    assert shared.num_hidden_layers == 4
+
+
 def test_sliding_window_layer_types_follow_the_kept_layers(exported):
     compact = exported["qwen2"]["model"]
     assert compact.config.layer_types == ["full_attention", "sliding_attention"]
