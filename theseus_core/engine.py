@@ -67,8 +67,9 @@ def replace_(
             as in the paper. A parameter a group shares with a module outside it
             (tied weights) stays frozen either way. (default: ``False``)
         eval_route: What runs in eval mode: ``"successor"`` (the paper),
-            ``"predecessor"``, or ``"hybrid"`` (random routes at the current rate).
-            (default: ``"successor"``)
+            ``"predecessor"``, or ``"hybrid"`` (random routes at the current rate, from
+            a generator apart from training's: evaluating never changes the training
+            routes). (default: ``"successor"``)
         predecessor_eval: Keep predecessor groups in eval mode even while the
             model trains (no dropout in them, batch norm uses its running
             statistics). Off by default, so that rate 0 reproduces the original

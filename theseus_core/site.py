@@ -298,14 +298,19 @@ class Router:
     same route, rate 0 leaves the global RNG exactly as the original model
     would, and ranks with the same seed agree. A uniform is drawn on every
     training call whatever the rate, so the routes of a run depend only on the
-    seed, the number of calls, and the rates.
+    seed, the number of calls, and the rates. A ``"hybrid"`` evaluation draws
+    from a generator of its own (seeded from the seed, not saved with the
+    routing state), so evaluating, however often, never changes them.
     """
 
     EVAL_ROUTES = ("successor", "predecessor", "hybrid")
+    _EVAL_STREAM = 0x9E3779B97F4A7C15
+    """Added to the seed for the generator of ``"hybrid"`` evaluation's routes, a stream apart from training's."""
 
     def __init__(self, seed: int, num_sites: int) -> None:
         self.seed = seed
         self.generator = torch.Generator()
+        self.eval_generator = torch.Generator()
         self.rate = 0.0
         self.eval_route = "successor"
         self.num_sites = num_sites
@@ -314,6 +319,7 @@ class Router:
     def reset(self) -> None:
         """Back to the state of a new router: the generator at its seed, no draws counted."""
         self.generator.manual_seed(self.seed)
+        self.eval_generator.manual_seed((self.seed + self._EVAL_STREAM) % 2**64)
         self.calls = [0] * self.num_sites  # training-mode draws per site
         self.successor_calls = [0] * self.num_sites
         self.last_routes: list[bool | None] = [None] * self.num_sites
@@ -322,7 +328,8 @@ class Router:
         """True when the site runs its successor for this call."""
         if not training and self.eval_route != "hybrid":
             return self.eval_route == "successor"
-        use_successor = torch.rand((), generator=self.generator).item() < self.rate
+        generator = self.generator if training else self.eval_generator  # evaluating never moves training's routes
+        use_successor = torch.rand((), generator=generator).item() < self.rate
         if training:
             self.calls[site_index] += 1
             self.successor_calls[site_index] += use_successor

@@ -837,6 +837,22 @@ def test_hybrid_eval_draws_routes():
     assert theseus.route_counts["blocks[0:2]"] == (0, 0)  # eval calls are not training draws
 
 
+def test_a_hybrid_evaluation_between_training_steps_leaves_the_training_routes_as_they_were():
+    def training_routes(evaluate_every: int | None) -> list[bool]:
+        model = ToyStack(num_blocks=2)
+        theseus = th.replace_(model, [th.ModuleSpec("blocks[0:2]", th.copy_module(0))], seed=5, eval_route="hybrid")
+        theseus.rate, routes = 0.5, []
+        with torch.no_grad():
+            for step in range(12):
+                model.train()(*model.example_inputs())
+                routes.append(theseus.last_routes["blocks[0:2]"])
+                if evaluate_every and step % evaluate_every == 0:
+                    model.eval()(*model.example_inputs())
+        return routes
+
+    assert training_routes(None) == training_routes(1) == training_routes(3)
+
+
 def test_a_stateless_module_shared_between_groups_is_not_an_overlap():
     shared_act = nn.ReLU()
     model = nn.Module()
