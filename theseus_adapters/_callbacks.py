@@ -8,6 +8,7 @@ the no-gradient step. Only where each loop lets us in differs (a forward hook on
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 
 import torch
@@ -44,6 +45,19 @@ class ScheduledReplacing:
                 f"replaces ({type(self.theseus.model).__name__}); {advice}"
             )
         next(iter(self.theseus.successor_parameters()), None)  # raises if the handle was finalized or restored
+
+    def _check_reaches_one(self, total_steps: int | None) -> None:
+        """Warns when the schedule's rate reaches 1 only after the ``total_steps`` the loop will run (a schedule
+        with a ``step_at_one``, such as `theseus_core.LinearSchedule`): the successors would be finalized without
+        ever having run alone, the rate ending below 1."""
+        at_one = getattr(self.schedule, "step_at_one", None)
+        if isinstance(at_one, int) and isinstance(total_steps, int) and 0 < total_steps < at_one:
+            warnings.warn(
+                f"{type(self).__name__}: the schedule reaches rate 1 at step {at_one}, after the {total_steps} steps "
+                f"this run trains (the rate ends at {self.schedule(total_steps - 1):.3g}): shorten the schedule "
+                "(LinearSchedule.reaching_one_at) or train longer",
+                stacklevel=3,
+            )
 
     def _begin_step(self, step: int) -> float:
         """Sets the rate for optimizer step ``step`` (0-based, as the loop counts it) and returns it."""

@@ -55,6 +55,7 @@ class TheseusCallback(ScheduledReplacing, TrainerCallback):
     ) -> None:
         if model is not None:
             self._check_trains(model, "give the Trainer the model you passed to replace_")
+        self._check_reaches_one(state.max_steps)
         self._begin_step(state.global_step)
         if model is not None and self._hook is None:
             self._hook = model.register_forward_hook(self._keep_loss_differentiable)

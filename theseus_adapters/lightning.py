@@ -89,6 +89,10 @@ class TheseusCallback(ScheduledReplacing, pl.Callback):
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._unwrap_backward()
 
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        total = trainer.estimated_stepping_batches  # optimizer steps, from max_steps or the epochs
+        self._check_reaches_one(int(total) if total != float("inf") else None)
+
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:

@@ -438,7 +438,8 @@ class Theseus:
     def _require(self, state: str) -> None:
         if self._state != state:
             now = (
-                "the model keeps its successors for good (a copy of the original taken before replace_ is the way back)"
+                "the model keeps its successors for good; it is .model (a copy of the original taken before replace_ "
+                "is the way back)"
                 if self._state == "finalized"
                 else "the model is the original again; call replace_ again to start over"
             )

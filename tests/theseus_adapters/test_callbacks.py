@@ -2,6 +2,8 @@
 optimization), held to the same expectations on a toy model: the rate follows the schedule step by
 step, a step where every group ran its predecessor is a step like any other, and only successors learn."""
 
+import warnings
+
 import lightning.pytorch as pl
 import pytest
 import torch
@@ -108,7 +110,7 @@ def loader():
     return torch.utils.data.DataLoader(Points(), batch_size=8, shuffle=True)
 
 
-def fit(loop, model, theseus, tmp_path):
+def fit(loop, model, theseus, tmp_path, schedule=SCHEDULE):
     """Trains ``model`` for `STEPS` steps of 8 under ``loop`` with the loop's Theseus callback; returns the
     snapshot taken before each optimizer step."""
     if loop == "hf":
@@ -123,12 +125,12 @@ def fit(loop, model, theseus, tmp_path):
             use_cpu=True,
             disable_tqdm=True,
         )
-        callbacks = [hf_trainer.TheseusCallback(theseus, SCHEDULE), record]
+        callbacks = [hf_trainer.TheseusCallback(theseus, schedule), record]
         Trainer(model=HFClassifier(model), args=args, train_dataset=Points(), callbacks=callbacks).train()
     else:
         record = LightningRecord(theseus)
         module = LightningClassifier(model, theseus, manual=loop == "lightning-manual")
-        lightning_trainer(STEPS, lightning.TheseusCallback(theseus, SCHEDULE), record).fit(module, loader())
+        lightning_trainer(STEPS, lightning.TheseusCallback(theseus, schedule), record).fit(module, loader())
     return record.steps
 
 
@@ -157,6 +159,17 @@ def test_without_the_shared_handling_the_step_without_gradient_fails(loop, tmp_p
     model, theseus = toy()
     with pytest.raises(RuntimeError, match="does not require grad"):
         fit(loop, model, theseus, tmp_path)
+
+
+@pytest.mark.parametrize("loop", ["hf", "lightning"])
+def test_a_schedule_that_reaches_one_after_the_last_step_is_warned_of(loop, tmp_path):
+    model, theseus = toy()
+    with pytest.warns(UserWarning, match=rf"reaches rate 1 at step {STEPS + 1}, after the {STEPS} steps"):
+        fit(loop, model, theseus, tmp_path, th.LinearSchedule.reaching_one_at(STEPS + 1))
+    model, theseus = toy()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*reaches rate 1")
+        fit(loop, model, theseus, tmp_path, th.LinearSchedule.reaching_one_at(STEPS))
 
 
 @pytest.mark.parametrize("callback", [hf_trainer.TheseusCallback, lightning.TheseusCallback])
