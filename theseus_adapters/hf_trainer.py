@@ -23,21 +23,29 @@ The rate is set from the optimizer step (``state.global_step``) before every ste
 schedule under gradient accumulation too, and it is logged as ``replacing_rate`` (into ``state.log_history``, and
 for the callbacks after this one: the ``report_to`` integrations, which the ``Trainer`` registers before the user's
 callbacks, see it once it is moved first, ``trainer.callback_handler.callbacks.insert(0, trainer.pop_callback(cb))``).
-Training refuses a ``Trainer`` whose model does not hold the handle's model, before any step. Resuming a
-``Trainer`` checkpoint restores the model and the step, hence the rate; the route generator restarts
-from its seed (routes differ from the uninterrupted run; `theseus compress` resumes them exactly).
+Training refuses a ``Trainer`` whose model does not hold the handle's model, before any step. Every checkpoint the
+``Trainer`` saves under ``output_dir`` gets the routing state (``theseus_routing.pt``); resuming from it restores the
+model and the step (hence the rate) and the routes, which go on as in the uninterrupted run, and refuses, before any
+step, a checkpoint of another plan (the ``Trainer`` has loaded its weights by then, leniently: the run stops
+there). A checkpoint without the file (saved elsewhere) resumes with a warning, the routes restarting from the seed.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 from transformers import TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ._callbacks import ScheduledReplacing
+
+ROUTING_STATE = "theseus_routing.pt"
+"""The file `TheseusCallback` writes into each checkpoint: the handle's routing state."""
 
 
 class TheseusCallback(ScheduledReplacing, TrainerCallback):
@@ -56,9 +64,34 @@ class TheseusCallback(ScheduledReplacing, TrainerCallback):
         if model is not None:
             self._check_trains(model, "give the Trainer the model you passed to replace_")
         self._check_reaches_one(state.max_steps)
+        if state.global_step > 0:  # resumed from a checkpoint
+            self._resume_routes(Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
         self._begin_step(state.global_step)
         if model is not None and self._hook is None:
             self._hook = model.register_forward_hook(self._keep_loss_differentiable)
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Writes the routing state (`theseus_core.Theseus.state_dict`) into the checkpoint just saved."""
+        checkpoint = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+        if state.is_world_process_zero and checkpoint.is_dir():
+            torch.save(self.theseus.state_dict(), checkpoint / ROUTING_STATE)
+
+    def _resume_routes(self, checkpoint: Path) -> None:
+        """Loads the routing state `on_save` wrote into ``checkpoint``: the routes go on as uninterrupted, and a
+        checkpoint of another plan is refused before any step."""
+        saved = checkpoint / ROUTING_STATE
+        if not saved.is_file():
+            warnings.warn(
+                f"TheseusCallback: resuming from {checkpoint.name} without its routing state ({saved} not "
+                "found: a checkpoint outside output_dir, or saved without this callback): the routes restart from "
+                "the seed, and nothing checks that the checkpoint was trained with this plan",
+                stacklevel=3,
+            )
+            return
+        try:
+            self.theseus.load_state_dict(torch.load(saved, weights_only=True))
+        except ValueError as error:
+            raise ValueError(f"TheseusCallback: {checkpoint} was trained with another plan: {error}") from error
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self._hook is not None:

@@ -72,3 +72,43 @@ def test_the_callback_refuses_a_trainer_whose_model_is_not_the_handles_before_an
     with pytest.raises(ValueError, match="does not hold the model this Theseus handle replaces"):
         trainer.train()
     assert all(torch.equal(p, before[name]) for name, p in other.named_parameters())
+
+
+class RecordRoutes(TrainerCallback):
+    def __init__(self, theseus):
+        self.theseus, self.routes = theseus, []
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.routes.append((state.global_step, tuple(self.theseus.last_routes.values())))
+
+
+def test_a_resumed_trainer_takes_the_routes_of_the_uninterrupted_run_and_refuses_another_plan(tmp_path):
+    config = BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=4, num_attention_heads=4, intermediate_size=48)
+    schedule = th.LinearSchedule.reaching_one_at(6, base=0.3)
+
+    def train(out, max_steps, resume=None, group_sizes=None):
+        torch.manual_seed(0)
+        model = BertForSequenceClassification(config)
+        theseus = th.replace_(model, bert.plan(model, num_layers=2, group_sizes=group_sizes), seed=0)
+        args = TrainingArguments(
+            output_dir=str(out),
+            max_steps=max_steps,
+            per_device_train_batch_size=8,
+            save_steps=3,
+            report_to=[],
+            use_cpu=True,
+            disable_tqdm=True,
+        )
+        record = RecordRoutes(theseus)
+        callbacks = [TheseusCallback(theseus, schedule), record]
+        Trainer(model=model, args=args, train_dataset=Sentences(), callbacks=callbacks).train(resume)
+        return record.routes, theseus
+
+    uninterrupted, _ = train(tmp_path / "whole", 6)
+    first, _ = train(tmp_path / "cut", 3)
+    assert (tmp_path / "cut" / "checkpoint-3" / "theseus_routing.pt").is_file()
+    resumed, theseus = train(tmp_path / "cut", 6, resume=str(tmp_path / "cut" / "checkpoint-3"))
+    assert first + resumed == uninterrupted and len({routes for _, routes in uninterrupted}) > 1
+    assert all(calls == 6 for calls, _ in theseus.route_counts.values())
+    with pytest.raises(ValueError, match="checkpoint-3 was trained with another plan: this routing state is for"):
+        train(tmp_path / "cut", 6, resume=str(tmp_path / "cut" / "checkpoint-3"), group_sizes=[3, 1])
