@@ -169,3 +169,7 @@ def test_a_rebuilt_model_names_its_layers_and_a_wrong_config_is_refused() -> Non
     model.convs[0] = SAGEConv(IN, HIDDEN)
     with pytest.raises(ValueError, match=r"convs\[0\] is a SAGEConv"):
         gnn.export_config(model, kwargs)
+    stepped = GCN(**kwargs)
+    gnn.to_steps_(stepped)  # what finalize leaves when a successor is of no kind the class can be rebuilt with
+    with pytest.raises(ValueError, match=r"a SteppedGNN .* has no constructor config; save it whole"):
+        gnn.export_config(stepped, kwargs)

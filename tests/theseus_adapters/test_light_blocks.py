@@ -2,6 +2,7 @@
 groups of BasicBlocks / Bottlenecks, finalized into an ordinary module tree that a saved config rebuilds
 without theseus."""
 
+import copy
 import json
 import textwrap
 
@@ -139,12 +140,20 @@ def test_timm_resnets_take_light_successors_too():
     [
         ({"successor": "mobilenet_v2", "width": 0.5}, ValueError, "leave width at 1"),
         ({"successor": "mobilenet"}, LookupError, r"no successor 'mobilenet' .*'mobilenet_v2', .*'shufflenet_v2'"),
+        (  # a misspelt option was dropped
+            {"successor": "mobilenet_v2", "options": {"hiden_channels": 96}},
+            TypeError,
+            r"mobilenet_v2 takes no option 'hiden_channels'; its options are \['hidden_channels'",
+        ),
+        ({"successor": "mobilenet_v2", "options": {"hidden_channels": 0}}, ValueError, "a positive integer, got 0"),
     ],
 )
 def test_named_successors_are_checked(options, error, message):
     model = tiny_torchvision(bottleneck=False)
+    before = copy.deepcopy(model.state_dict())
     with pytest.raises(error, match=message):
         th.replace_(model, resnet.plan(model, (1, 1, 1, 1), **options))
+    assert all(torch.equal(tensor, before[key]) for key, tensor in model.state_dict().items())
 
 
 def test_a_users_own_alternative_is_picked_by_name():
@@ -248,3 +257,10 @@ def test_a_narrow_block_refuses_a_timm_block_with_parts_it_would_drop(extra):
         block, stride = timm_resnet.BasicBlock(8, 8, stride=2, downsample=shortcut, aa_layer=nn.AvgPool2d), 2
     with pytest.raises(ValueError, match=f"also has {extra}, which it would drop"):
         narrow_successor(block.eval(), stride, None)
+
+
+def test_a_narrow_block_refuses_a_dilated_block():
+    """A ResNet of output_stride 8 dilates its last stages' convolutions, which a NarrowBasic does not."""
+    block = timm_resnet.BasicBlock(8, 8, dilation=2, first_dilation=2)
+    with pytest.raises(ValueError, match=r"dilated \(2, 2\) .* use another successor"):
+        narrow_successor(block.eval(), 1, None)

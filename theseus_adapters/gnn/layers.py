@@ -128,9 +128,17 @@ def export_config(model: nn.Module, config: dict[str, Any]) -> dict[str, Any]:
     ``strict=True``.
 
     Raises:
-        ValueError: ``config`` already lists layers, or a conv is neither of the class's kind nor one of `LAYERS`,
-            or the rebuilt model does not take ``model``'s state_dict.
+        ValueError: ``model`` is a `SteppedGNN`, ``config`` already lists layers, or a conv is neither of the
+            class's kind nor one of `LAYERS`, or the rebuilt model does not take ``model``'s state_dict.
     """
+    from .steps import SteppedGNN  # steps builds on this module
+
+    if isinstance(model, SteppedGNN):
+        raise ValueError(
+            "a SteppedGNN (a BasicGNN whose layers a successor could not be put back into) has no constructor "
+            "config; save it whole (torch.save) or replace with a successor of the class's kind or one of "
+            f"{', '.join(LAYERS)}"
+        )
     if LAYER_KINDS in config:
         raise ValueError(f"the config already holds {LAYER_KINDS!r}; pass the class's constructor arguments")
     plain = type(model)(**config)

@@ -14,6 +14,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.conv import _ConvNd
 
 import theseus_core as th
+from theseus_core.checks import is_int
 from theseus_core.spec import SuccessorFactory, resolve
 
 from . import successor_blocks
@@ -75,14 +76,27 @@ class BlockSuccessor:
         return f"BlockSuccessor({self.source or 'fresh'}, width={self.width:g})"
 
 
+PLAN_OPTIONS = frozenset({"source", "width", "stride", "in_channels", "out_channels"})
+"""The options `theseus_adapters.resnet.plan` gives every group's factory, whichever it is."""
+
+
 def _light_successor(kind: str) -> SuccessorFactory:
     block_type = successor_blocks.BLOCKS[kind]
     takes = set(inspect.signature(block_type).parameters)
 
     def build(group: list[nn.Module], **options: Any) -> nn.Module:
+        unknown = sorted(set(options) - takes - PLAN_OPTIONS)  # what `plan` passes every factory is not the user's
+        if unknown:
+            raise TypeError(
+                f"{kind} takes no option {', '.join(map(repr, unknown))}; its options are "
+                f"{sorted(takes - {'in_channels', 'out_channels', 'stride'})}"
+            )
         if "hidden_channels" in takes and options.get("hidden_channels") is None:
             # twice the group's first block's inner width: lighter than one block, BasicBlock or Bottleneck
             options["hidden_channels"] = 2 * group[0].conv1.out_channels
+        hidden = options.get("hidden_channels")
+        if hidden is not None and not (is_int(hidden) and hidden > 0):
+            raise ValueError(f"{kind}: hidden_channels must be a positive integer, got {hidden!r}")
         return block_type(**{name: value for name, value in options.items() if name in takes})
 
     build.__name__ = build.__qualname__ = f"{kind}_successor"
@@ -117,7 +131,7 @@ def narrow_basic_successor(
 
     Raises:
         ValueError: the group's first block has parts a NarrowBasic has not (timm's ``se``, ``aa``, ``drop_block``,
-            ``drop_path``), or is a Bottleneck (``conv3``), or no block of two 3×3 convolutions:
+            ``drop_path``, a dilation), or is a Bottleneck (``conv3``), or no block of two 3×3 convolutions:
             nothing of a Bottleneck maps onto a BasicBlock's layers, and a BasicBlock at the width of a Bottleneck
             group's output costs more than the Bottleneck (its 3×3 convolutions work at the expanded width), so it
             is no light successor there. A budget search (`candidates`) records the refusal and offers the others.
@@ -130,6 +144,12 @@ def narrow_basic_successor(
         raise ValueError(
             f"narrow_basic replaces groups of BasicBlocks (two 3×3 convolutions); this group starts with a "
             f"{type(first).__name__}, for which a narrow BasicBlock is no lighter: use another successor"
+        )
+    dilated = [conv.dilation for conv in convs if conv.dilation != (1, 1)]
+    if dilated:  # a NarrowBasic's convolutions are not dilated: it would compute something else silently
+        raise ValueError(
+            f"narrow_basic builds undilated 3×3 convolutions; this group's first block is dilated {dilated[0]} (a "
+            f"ResNet with output_stride < 32): use another successor, or the default one (a copy of the block)"
         )
     extras = [  # timm's optional parts, which a NarrowBasic has not: it would drop them silently
         name
