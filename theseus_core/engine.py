@@ -7,6 +7,7 @@ permanent (`Theseus.finalize`).
 
 from __future__ import annotations
 
+import contextlib
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -218,6 +219,11 @@ class Theseus:
             _swap_children(container, sites_by_container[id(container)])
         return self
 
+    def _eager(self) -> contextlib.AbstractContextManager:
+        """Within: a compiled model runs eagerly, so that the model at rate 1 and the finalized one (compiled into
+        graphs of other bounds, which may round differently) are compared exactly, as eager models are."""
+        return torch.compiler.set_stance("force_eager") if self._compiled else contextlib.nullcontext()
+
     def _compile(self, options: dict[str, Any]) -> None:
         self._model.compile(**options)
         for site in self._sites:
@@ -367,7 +373,8 @@ class Theseus:
 
         When `replace_` had example batches, the finalized model runs them in
         eval mode and must return exactly what the model at rate 1 returned on
-        them just before (the successors in place, eval mode); otherwise, or if
+        them just before (the successors in place, eval mode; both run eagerly
+        when the handle compiled the model); otherwise, or if
         the hook raises, finalize undoes itself (the model's structure and
         ``requires_grad`` as they were, and whatever the hook's returned undo
         callable puts back) and raises.
@@ -382,7 +389,8 @@ class Theseus:
         if self._examples is not None:
             eval_route, self._router.eval_route = self._router.eval_route, "successor"
             try:
-                expected = eval_outputs(self._examples)
+                with self._eager():
+                    expected = eval_outputs(self._examples)
             finally:
                 self._router.eval_route = eval_route
         before = ModelState(self._model)
@@ -398,7 +406,8 @@ class Theseus:
             if self._on_finalize is not None:
                 undo = self._on_finalize(self._model)
             if expected is not None:
-                check_finalized(self._examples, expected)
+                with self._eager():
+                    check_finalized(self._examples, expected)
         except BaseException:
             if callable(undo):
                 undo()

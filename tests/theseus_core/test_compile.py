@@ -81,6 +81,22 @@ def test_compiled_routes_follow_the_draws_and_train_as_eager():
     assert set(routes) == {True, False} and trained > 1
 
 
+def test_finalize_compares_eagerly_and_compiles_nothing():
+    """Compiled, the model at rate 1 and the finalized one (graphs of other bounds) may round differently: finalize
+    runs both eagerly, so its exact check holds, and it compiles no graph for a check."""
+    torch._dynamo.reset()
+    counters.clear()
+    model = ToyStack(num_blocks=4, dropout=0.0)
+    spec = [th.ModuleSpec("blocks[0:2]", lambda group: ToyBlock(16, dropout=0.0))]
+    theseus = th.replace_(model, spec, example_inputs=model.example_inputs(), compile={"backend": "aot_eager"})
+    theseus.rate = 1.0
+    model.train()(*model.example_inputs()).square().mean().backward()
+    graphs = counters["stats"]["unique_graphs"]
+    assert graphs > 0
+    theseus.finalize()
+    assert counters["stats"]["unique_graphs"] == graphs
+
+
 def test_restore_removes_the_compilation():
     model = ToyStack()
     theseus = th.replace_(model, [th.ModuleSpec("blocks[0:2]", th.copy_module(0))], compile={"backend": "eager"})
