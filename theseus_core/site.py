@@ -298,7 +298,9 @@ class Router:
     same route, rate 0 leaves the global RNG exactly as the original model
     would, and ranks with the same seed agree. A uniform is drawn on every
     training call whatever the rate, so the routes of a run depend only on the
-    seed, the number of calls, and the rates. A ``"hybrid"`` evaluation draws
+    seed, the number of calls, and the rates. A training call inside a backward
+    (activation checkpointing recomputing a segment that holds the site) takes
+    the route its forward took, drawing and counting nothing. A ``"hybrid"`` evaluation draws
     from a generator of its own (seeded from the seed, not saved with the
     routing state), so evaluating, however often, never changes them.
     """
@@ -328,6 +330,8 @@ class Router:
         """True when the site runs its successor for this call."""
         if not training and self.eval_route != "hybrid":
             return self.eval_route == "successor"
+        if training and torch._C._current_graph_task_id() != -1 and self.last_routes[site_index] is not None:
+            return self.last_routes[site_index]  # a forward inside a backward: activation checkpointing's recompute
         generator = self.generator if training else self.eval_generator  # evaluating never moves training's routes
         use_successor = torch.rand((), generator=generator).item() < self.rate
         if training:

@@ -97,6 +97,43 @@ def test_assert_replacement_equivalence_takes_the_batches_replace_takes_and_chec
         assert_replacement_equivalence(model, specs, x[:1])
 
 
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_activation_checkpointing_recomputes_the_route_its_forward_took(reentrant):
+    """A checkpointed segment holding a site runs again inside the backward: it must take the same route (a new
+    draw made the recompute differ, which torch refuses), and the draw is not counted twice."""
+
+    class Checkpointed(ToyStack):
+        def forward(self, x):
+            hidden = self.embed(x)
+            if reentrant:  # the reentrant form passes gradients on only for inputs that require grad
+                hidden = hidden.detach().requires_grad_()
+            return self.head(torch.utils.checkpoint.checkpoint(self.blocks, hidden, use_reentrant=reentrant))
+
+    def train(model):
+        theseus = th.replace_(model, th.plan(model, "blocks", num_groups=2, successor=th.copy_module(0)), seed=2)
+        theseus.rate = 0.5
+        gradients = []
+        for step in range(8):
+            torch.manual_seed(step)
+            output = model.train()(*model.example_inputs(seed=step))
+            if output.requires_grad:
+                output.square().mean().backward()
+            gradients.append([p.grad.clone() if p.grad is not None else None for p in theseus.successor_parameters()])
+            for p in theseus.successor_parameters():
+                p.grad = None
+        return gradients, theseus.route_counts
+
+    torch.manual_seed(0)
+    plain = ToyStack(num_blocks=4)
+    checkpointed = Checkpointed(num_blocks=4)
+    checkpointed.load_state_dict(plain.state_dict())
+    (expected, counts), (gradients, checkpointed_counts) = train(plain), train(checkpointed)
+    assert checkpointed_counts == counts and all(calls == 8 for calls, _ in counts.values())
+    for wanted, got in zip(expected, gradients, strict=True):
+        for a, b in zip(wanted, got, strict=True):
+            assert (a is None) == (b is None) and (a is None or torch.allclose(a, b))
+
+
 # ------------------------------------------------------------- gradients
 
 
