@@ -78,8 +78,9 @@ def plan(
     """Specs compressing each stage of a ResNet to fewer (and optionally narrower) blocks.
 
     Args:
-        model: A torchvision or timm ResNet. Only read; the plan belongs to this
-            model (its successors copy this model's blocks).
+        model: A torchvision or timm ResNet. Only read; the plan names paths, so it
+            serves any model of the same layout (its successors copy the blocks of
+            the model `replace_` is given, a copy of this one included).
         blocks: Per stage, either the number of successor blocks ``m`` with
             ``1 <= m <=`` the stage's blocks (groups as even as possible, larger
             first), or the sizes of the stage's consecutive groups, one successor
