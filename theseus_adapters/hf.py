@@ -257,21 +257,22 @@ def _sync_undoably(model: nn.Module, *, stack: Stack, **options) -> Callable[[],
     that raises leaves the model with its original config."""
     from transformers import PretrainedConfig
 
-    copies: dict[int, Any] = {}
-    copy.deepcopy(model.config, copies)  # ``copies``: each object of the config, copied, by the original's id
+    copies: dict[int, Any] = {}  # each object of the configs, copied, by the original's id
+    for config in (model.config, stack.config(model)):  # a stack's own (T5's decoder copies the model's)
+        copy.deepcopy(config, copies)
     swapped = [
         (module, module.config)
         for module in model.modules()
         if isinstance(getattr(module, "config", None), PretrainedConfig) and id(module.config) in copies
     ]
-    for module, config in swapped:
-        module.config = copies[id(config)]
 
     def undo() -> None:
         for module, config in swapped:
             module.config = config
 
     try:
+        for module, config in swapped:
+            module.config = copies[id(config)]
         sync_config(model, stack=stack, **options)
     except Exception:
         undo()

@@ -32,6 +32,7 @@ there). A checkpoint without the file (saved elsewhere) resumes with a warning, 
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -44,6 +45,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ._callbacks import ScheduledReplacing
 
+TRAINER_STATE_NAME = "trainer_state.json"  # the Trainer's own file in each checkpoint (transformers.trainer)
 ROUTING_STATE = "theseus_routing.pt"
 """The file `TheseusCallback` writes into each checkpoint: the handle's routing state."""
 
@@ -65,7 +67,7 @@ class TheseusCallback(ScheduledReplacing, TrainerCallback):
             self._check_trains(model, "give the Trainer the model you passed to replace_")
         self._check_reaches_one(state.max_steps)
         if state.global_step > 0:  # resumed from a checkpoint
-            self._resume_routes(Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+            self._resume_routes(Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}", state)
         self._begin_step(state.global_step)
         if model is not None and self._hook is None:
             self._hook = model.register_forward_hook(self._keep_loss_differentiable)
@@ -73,18 +75,24 @@ class TheseusCallback(ScheduledReplacing, TrainerCallback):
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Writes the routing state (`theseus_core.Theseus.state_dict`) into the checkpoint just saved."""
         checkpoint = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
-        if state.is_world_process_zero and checkpoint.is_dir():
+        writes = state.is_local_process_zero if args.save_on_each_node else state.is_world_process_zero
+        if writes and checkpoint.is_dir():
             torch.save(self.theseus.state_dict(), checkpoint / ROUTING_STATE)
 
-    def _resume_routes(self, checkpoint: Path) -> None:
-        """Loads the routing state `on_save` wrote into ``checkpoint``: the routes go on as uninterrupted, and a
-        checkpoint of another plan is refused before any step."""
+    def _resume_routes(self, checkpoint: Path, state: Any) -> None:
+        """Loads the routing state `on_save` wrote into ``checkpoint``, when it is the checkpoint the ``Trainer``
+        resumed from (its ``trainer_state.json`` holds the log the ``Trainer`` resumed with): the routes go on as
+        uninterrupted, and a checkpoint of another plan is refused before any step."""
         saved = checkpoint / ROUTING_STATE
-        if not saved.is_file():
+        try:
+            resumed = json.loads((checkpoint / TRAINER_STATE_NAME).read_text())["log_history"] == state.log_history
+        except (OSError, ValueError, KeyError):
+            resumed = False
+        if not (resumed and saved.is_file()):
             warnings.warn(
-                f"TheseusCallback: resuming from {checkpoint.name} without its routing state ({saved} not "
-                "found: a checkpoint outside output_dir, or saved without this callback): the routes restart from "
-                "the seed, and nothing checks that the checkpoint was trained with this plan",
+                f"TheseusCallback: resuming at step {state.global_step} without its routing state ({saved} not "
+                "found, or not of the checkpoint resumed from: one outside output_dir, or saved without this "
+                "callback): the routes restart from the seed, and nothing checks that it was trained with this plan",
                 stacklevel=3,
             )
             return

@@ -300,7 +300,10 @@ class Router:
     training call whatever the rate, so the routes of a run depend only on the
     seed, the number of calls, and the rates. A training call inside a backward
     (activation checkpointing recomputing a segment that holds the site) takes
-    the route its forward took, drawing and counting nothing. A ``"hybrid"`` evaluation draws
+    the site's last training route, drawing and counting nothing: the route its
+    forward took when each backward follows one forward that called the site
+    once (two forwards before one backward, or a site called twice in one
+    forward, would replay the last route for both). A ``"hybrid"`` evaluation draws
     from a generator of its own (seeded from the seed, not saved with the
     routing state), so evaluating, however often, never changes them.
     """
@@ -325,18 +328,20 @@ class Router:
         self.calls = [0] * self.num_sites  # training-mode draws per site
         self.successor_calls = [0] * self.num_sites
         self.last_routes: list[bool | None] = [None] * self.num_sites
+        self._replay: list[bool | None] = [None] * self.num_sites  # per site, its last training route
 
     def choose(self, site_index: int, training: bool) -> bool:
         """True when the site runs its successor for this call."""
         if not training and self.eval_route != "hybrid":
             return self.eval_route == "successor"
-        if training and torch._C._current_graph_task_id() != -1 and self.last_routes[site_index] is not None:
-            return self.last_routes[site_index]  # a forward inside a backward: activation checkpointing's recompute
+        if training and torch._C._current_graph_task_id() != -1 and self._replay[site_index] is not None:
+            return self._replay[site_index]  # a forward inside a backward: activation checkpointing's recompute
         generator = self.generator if training else self.eval_generator  # evaluating never moves training's routes
         use_successor = torch.rand((), generator=generator).item() < self.rate
         if training:
             self.calls[site_index] += 1
             self.successor_calls[site_index] += use_successor
+            self._replay[site_index] = use_successor
         self.last_routes[site_index] = use_successor
         return use_successor
 

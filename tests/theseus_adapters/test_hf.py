@@ -301,6 +301,19 @@ def test_finalize_leaves_a_config_the_model_shares_with_another_as_it_was():
     assert shared.num_hidden_layers == 4
 
 
+def test_finalize_leaves_a_stacks_own_config_as_it_was():
+    """T5's decoder holds a copy of the model's config, out of the model config's reach: synced on a copy too."""
+    config = transformers.T5Config(vocab_size=50, d_model=16, d_kv=4, d_ff=32, num_layers=4, num_decoder_layers=4)
+    model = transformers.T5ForConditionalGeneration(config)
+    decoder_config = model.decoder.config
+    found = hf.layer_stack(model, "decoder")
+    del model.decoder.block[2:]
+    undo = hf._sync_undoably(model, stack=found, sources=[0, 1])
+    assert model.decoder.config.num_decoder_layers == 2 and decoder_config.num_decoder_layers == 4
+    undo()
+    assert model.decoder.config is decoder_config and model.config.num_decoder_layers == 4
+
+
 def test_sliding_window_layer_types_follow_the_kept_layers(exported):
     compact = exported["qwen2"]["model"]
     assert compact.config.layer_types == ["full_attention", "sliding_attention"]

@@ -133,6 +133,19 @@ def test_activation_checkpointing_recomputes_the_route_its_forward_took(reentran
         for a, b in zip(wanted, got, strict=True):
             assert (a is None) == (b is None) and (a is None or torch.allclose(a, b))
 
+    model = Checkpointed(num_blocks=4)  # a hybrid evaluation between a forward and its backward replays nothing
+    theseus = th.replace_(
+        model, th.plan(model, "blocks", num_groups=2, successor=th.copy_module(0)), eval_route="hybrid"
+    )
+    theseus.rate = 0.5
+    for step in range(6):
+        output = model.train()(*model.example_inputs(seed=step))
+        with torch.no_grad():
+            model.eval()(*model.example_inputs(seed=step))
+        model.train()  # a recompute runs in the mode the model is in
+        if output.requires_grad:
+            output.square().mean().backward()  # a recompute on another route than its forward's would raise
+
 
 # ------------------------------------------------------------- gradients
 
