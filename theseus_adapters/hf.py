@@ -76,6 +76,7 @@ from .hf_stack import (
     find_stacks,
     index_attributes,
     layer_stack,
+    move_index_attributes,
     sync_config,
 )
 from .slim import LAYER_FORMS_KEY, check_slim, prune_layer_, shape_layer_
@@ -327,10 +328,9 @@ def _in_the_groups_slot(layer: nn.Module, first: nn.Module) -> nn.Module:
     """``layer`` with its `LAYER_INDEX_NAMES` attributes moved to the group's first layer's (the KV cache's slot):
     while replacing, a successor copied from another layer would otherwise write into that layer's slot too, in the
     same forward, when a cache is in use (`sync_config` numbers the layers 0, 1, ... at finalize)."""
-    ours, theirs = index_attributes(layer), index_attributes(first)
-    if ours and theirs:
-        for module, name, value in ours:
-            setattr(module, name, value + theirs[0][2] - ours[0][2])
+    theirs = index_attributes(first)
+    if theirs:
+        move_index_attributes(layer, theirs[0][2])
     return layer
 
 

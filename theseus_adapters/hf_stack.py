@@ -281,15 +281,21 @@ def sync_config(
             setattr(model.config, found.model_count_name, len(layers))
     layout.sync_leading_counts(config, sources)
     for index, layer in enumerate(layers):
-        found_indices = index_attributes(layer)
-        for module, name, value in found_indices:  # the layer's first index becomes its position
-            setattr(module, name, value + index - found_indices[0][2])
+        move_index_attributes(layer, index)  # the layer's first index becomes its position
     sync_slim(layers, config, found.path)
 
 
 def _stack_count(config, found: Stack) -> int:
     value = getattr(config, found.count_name)
     return value[found.stage] if found.stage is not None else value
+
+
+def move_index_attributes(layer: nn.Module, first: int) -> None:
+    """Shifts every integer `LAYER_INDEX_NAMES` attribute of ``layer`` alike, so that its first is ``first`` (the
+    others keep their offset from it); nothing for a layer without one."""
+    found = index_attributes(layer)
+    for module, name, value in found:
+        setattr(module, name, value + first - found[0][2])
 
 
 def index_attributes(layer: nn.Module) -> list[tuple[nn.Module, str, int]]:

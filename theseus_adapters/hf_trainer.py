@@ -50,6 +50,11 @@ ROUTING_STATE = "theseus_routing.pt"
 """The file `TheseusCallback` writes into each checkpoint: the handle's routing state."""
 
 
+def _checkpoint(args: Any, state: Any) -> Path:
+    """The directory the ``Trainer`` saves the checkpoint of ``state.global_step`` in (``Trainer._save_checkpoint``)."""
+    return Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+
+
 class TheseusCallback(ScheduledReplacing, TrainerCallback):
     """Sets ``theseus.rate = schedule(global_step)`` before each optimizer step and logs it.
 
@@ -67,14 +72,14 @@ class TheseusCallback(ScheduledReplacing, TrainerCallback):
             self._check_trains(model, "give the Trainer the model you passed to replace_")
         self._check_reaches_one(state.max_steps)
         if state.global_step > 0:  # resumed from a checkpoint
-            self._resume_routes(Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}", state)
+            self._resume_routes(_checkpoint(args, state), state)
         self._begin_step(state.global_step)
         if model is not None and self._hook is None:
             self._hook = model.register_forward_hook(self._keep_loss_differentiable)
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Writes the routing state (`theseus_core.Theseus.state_dict`) into the checkpoint just saved."""
-        checkpoint = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+        checkpoint = _checkpoint(args, state)
         writes = state.is_local_process_zero if args.save_on_each_node else state.is_world_process_zero
         if writes and checkpoint.is_dir():
             torch.save(self.theseus.state_dict(), checkpoint / ROUTING_STATE)
