@@ -101,8 +101,9 @@ def replace_(
             RNG as they were.
         compile: ``True`` or a dict of ``torch.compile`` options: compile the model
             and each branch of each site separately, so that changing routes never
-            recompiles. Shapes are static (``dynamic=False``) unless the dict sets
-            ``dynamic``. Options are checked before anything changes. (default: ``False``)
+            recompiles. Shapes are static (``dynamic=False``) and each compiled module
+            counts its own recompilations (``isolate_recompiles=True``) unless the dict
+            says otherwise. Options are checked before anything changes. (default: ``False``)
         registry: A private `SuccessorRegistry` where specs without a factory
             look theirs up first; the default registry (`register_successor`,
             where adapters put their defaults) comes after it. (default: ``None``,

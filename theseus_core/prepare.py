@@ -154,14 +154,17 @@ def check_examples(model: nn.Module, batches: list[tuple[tuple, dict[str, Any]]]
 def compile_options(compile: Any) -> dict[str, Any] | None:
     """``torch.compile`` options for ``compile``, checked by torch without compiling anything.
 
-    Static shapes unless the caller says otherwise: the graph break at every site would otherwise make
-    dynamo mark sizes dynamic after the first recompilation, which breaks or slows some models (timm
-    resnet26d and mobilevit, Swin)."""
+    Unless the caller says otherwise: static shapes (the graph break at every site would otherwise make
+    dynamo mark sizes dynamic after the first recompilation, which breaks or slows some models: timm
+    resnet26d and mobilevit, Swin), and each compiled module counts its own recompilations
+    (``isolate_recompiles``): every site's branches run through the same two wrapper forward methods, whose
+    graphs dynamo would otherwise count together against ``recompile_limit`` (8), so that a model with more than
+    four differently shaped sites (a ResNet's stages) fell back to eager for the rest."""
     if compile is False:
         return None
     if not isinstance(compile, (bool, Mapping)):
         raise TypeError(f"compile must be a bool or a dict of torch.compile options, got {compile!r}")
-    options = {"dynamic": False, **(compile if isinstance(compile, Mapping) else {})}
+    options = {"dynamic": False, "isolate_recompiles": True, **(compile if isinstance(compile, Mapping) else {})}
     try:
         torch.compile(_nothing, **options)  # checks mode, backend and option names; compiles nothing yet
     except Exception as error:
