@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from .registry import SuccessorRegistry, call_factory, factory_for
+from .runs import ModelState, cuda_devices
 from .site import (
     Projected,
     ReplacementSite,
@@ -286,13 +287,15 @@ def _structure(value: Any) -> Any:
 
 def check_successors(prepared: list[Prepared], group_inputs: list[Any], group_outputs: list[Any]) -> None:
     """Runs each successor (eval mode, no grad) on its group's real input from the example run and checks
-    that it returns what the group returned: the same structure and shapes."""
+    that it returns what the group returned: the same structure and shapes. Each run leaves no trace: the
+    successor's tensors, attributes and mode and the RNG are put back (a quantizer that takes its scale from its
+    first input still takes it from the first training batch, not from an example)."""
     for item, (args, kwargs), group_output in zip(prepared, group_inputs, group_outputs, strict=True):
         path = item.spec.path
-        branch_mode = item.successor.training
+        before = ModelState(item.successor, values=True)
         item.successor.eval()
         try:
-            with torch.no_grad():
+            with torch.random.fork_rng(devices=cuda_devices(item.successor)), torch.no_grad():
                 output = item.successor(*args, **kwargs)
         except Exception as error:
             error.add_note(
@@ -301,7 +304,7 @@ def check_successors(prepared: list[Prepared], group_inputs: list[Any], group_ou
             )
             raise
         finally:
-            item.successor.train(branch_mode)
+            before.restore()
         expected, actual = _structure(group_output), _structure(output)
         if expected != actual:
             raise ValueError(

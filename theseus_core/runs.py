@@ -119,7 +119,7 @@ class ExampleRun:
             _ModuleState(self.names.get(id(module), name), module, copies=self._copies) for name, module in modules
         ]
         flags = [(param, param.requires_grad) for param in self.model.parameters()]
-        devices = sorted({t.device.index or 0 for t in (*self.model.parameters(), *self.model.buffers()) if t.is_cuda})
+        devices = cuda_devices(self.model)
         try:
             self.model.train(training)
             set_modes()
@@ -139,6 +139,11 @@ class ExampleRun:
                 for param, requires_grad in flags:
                     param.requires_grad_(requires_grad)
         return trace
+
+
+def cuda_devices(module: nn.Module) -> list[int]:
+    """The CUDA devices ``module``'s tensors are on, for `torch.random.fork_rng` to save and put back."""
+    return sorted({t.device.index or 0 for t in (*module.parameters(), *module.buffers()) if t.is_cuda})
 
 
 class _ModuleState:
@@ -229,11 +234,12 @@ def _changed(tensor: torch.Tensor, saved: torch.Tensor) -> bool:
 
 
 class ModelState:
-    """The structure of a model (every module's class, children, tensors and attributes, not its tensors' values),
-    put back by `restore`: what `Theseus.finalize` undoes when the finalized model fails its check."""
+    """The structure of a model (every module's class, children, tensors and attributes), and with ``values`` its
+    tensors' values too, put back by `restore`: what `Theseus.finalize` undoes when the finalized model fails its
+    check (structure only), what `replace_`'s check of each successor on its group's input leaves as it found."""
 
-    def __init__(self, model: nn.Module) -> None:
-        self.states = [_ModuleState(name, module, values=False) for name, module in model.named_modules()]
+    def __init__(self, model: nn.Module, values: bool = False) -> None:
+        self.states = [_ModuleState(name, module, values=values) for name, module in model.named_modules()]
 
     def restore(self) -> None:
         for state in self.states:

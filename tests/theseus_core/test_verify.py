@@ -154,6 +154,39 @@ def test_verification_leaves_the_routes_as_a_fresh_handle_takes_them():
         assert verified.last_routes == plain.last_routes
 
 
+class CalibratesOnFirstCall(nn.Module):
+    """A successor that takes a scale from its first input (as LSQ quantizers do), drawing from the RNG too."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(width, width)
+        self.scale = nn.Parameter(torch.ones(1))
+        self.register_buffer("calibrated", torch.zeros((), dtype=torch.bool))
+
+    def forward(self, x):
+        if not self.calibrated:
+            self.scale.data.fill_(x.abs().mean().item() + torch.rand(()).item())
+            self.calibrated.fill_(True)
+            self.seen = x.shape
+        return self.linear(x) * self.scale
+
+
+def test_checking_the_successors_on_example_inputs_leaves_them_as_built():
+    """replace_ runs each successor on its group's example input; a successor that calibrates on its first call
+    must still calibrate on the first training batch, and the RNG must not move."""
+    spec = [th.ModuleSpec("blocks[0:2]", lambda group: CalibratesOnFirstCall(16))]
+    examples = ToyStack(num_blocks=4).example_inputs()
+    drawn_next = []
+    for example_inputs in (None, examples):  # building the successor draws; checking it must not
+        torch.manual_seed(0)
+        theseus = th.replace_(ToyStack(num_blocks=4), spec, example_inputs=example_inputs)
+        drawn_next.append(torch.rand(()))
+    assert torch.equal(*drawn_next)
+    (successor,) = [site.successor.inner for site in theseus.sites]
+    assert not successor.calibrated and successor.scale.item() == 1.0 and not hasattr(successor, "seen")
+    assert successor.training
+
+
 # ------------------------------------------------------- the nn.Transformer family
 
 
