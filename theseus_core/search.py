@@ -101,6 +101,20 @@ class _Streams:
                 )
 
 
+@contextlib.contextmanager
+def _evaluating(modules: Iterable[nn.Module]) -> Iterator[None]:
+    """Within: every module in eval mode (dropout off, batch norm on its running statistics, which stay as they
+    are); afterwards each submodule's mode is as it was."""
+    modes = [(inner, inner.training) for module in modules for inner in module.modules()]
+    try:
+        for module, _ in modes:
+            module.training = False
+        yield
+    finally:
+        for module, training in modes:
+            module.training = training
+
+
 def _cuda_devices(model: nn.Module) -> list[torch.device]:
     return sorted({p.device for p in model.parameters() if p.device.type == "cuda"}, key=str)
 
@@ -189,8 +203,8 @@ class CandidateLibrary:
                 continue
             with self.streams.use("build", name):
                 built = self._build(model, name, specs, options)
-            for spec, successor in built:
-                self.successors[(spec.path, name)], self.specs[(spec.path, name)] = successor, spec
+            for spec, successor in built:  # candidates rest in eval mode (`distill_` trains them, then puts them back)
+                self.successors[(spec.path, name)], self.specs[(spec.path, name)] = successor.eval(), spec
         if all(name == KEEP for _, name in self.successors):
             if not self.refused:
                 raise ValueError(f"a candidate library needs a candidate besides {KEEP!r}, which it adds itself")
@@ -354,13 +368,13 @@ class CandidateLibrary:
         multiply-adds on ``batch`` minus its groups'. Times are read with `latency_clock` on the device of the
         reference's parameters; multiply-adds are counted once (`multiply_adds`: exact, they add up)."""
         _, calls = self.record(batch, forward)
-        with torch.no_grad():
+        with _evaluating(self.successors.values()), torch.no_grad():
             macs = {key: multiply_adds(lambda key=key: self._run(key, calls[key[0]])) for key in self.successors}
             whole_macs = multiply_adds(lambda: forward(self.reference, batch))
         timed = latency_clock(next(self.reference.parameters()).device)
         timings: dict[tuple[str, str], list[float]] = {key: [] for key in self.successors}
         whole: list[float] = []
-        with torch.no_grad():
+        with _evaluating(self.successors.values()), torch.no_grad():
             for round_index in range(rounds + 1):
                 for key in self.successors:
                     seconds = timed(lambda key=key: self._run(key, calls[key[0]]))

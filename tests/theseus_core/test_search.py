@@ -323,6 +323,38 @@ def test_costs_leave_out_what_a_candidate_waits(threads):
     assert costs[("blocks[0:2]", "sleepy")].latency < 0.01
 
 
+def test_candidates_are_measured_in_eval_mode_whatever_mode_the_model_was_in():
+    """Costs are eval-mode costs (dropout off, batch norm statistics untouched), for a library built from a model
+    in training mode too; each candidate's mode is put back after."""
+
+    class Modes(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = nn.BatchNorm1d(16)
+            self.seen: set[bool] = set()
+
+        def forward(self, x):
+            self.seen.add(self.training)
+            return self.norm(x)
+
+    torch.manual_seed(0)
+    model = ToyStack(in_features=8, width=16, num_blocks=2, num_classes=3, dropout=0.1).train()
+    library = CandidateLibrary(
+        model,
+        {"modes": [th.ModuleSpec("blocks[0:2]", successor=lambda group: Modes())]},
+        example_inputs=[(torch.randn(4, 8),)],
+    )
+    candidate = library.successors[("blocks[0:2]", "modes")]
+    candidate.inner.seen.clear()
+    statistics = candidate.inner.norm.running_mean.clone()
+    library.costs(torch.randn(4, 8), forward, rounds=2)
+    assert candidate.inner.seen == {False}
+    assert torch.equal(candidate.inner.norm.running_mean, statistics)
+    candidate.train()
+    library.costs(torch.randn(4, 8), forward, rounds=1)
+    assert candidate.inner.seen == {False} and all(module.training for module in candidate.modules())
+
+
 def test_adding_a_candidate_changes_neither_the_start_nor_the_distillation_of_the_others():
     """Each column builds, and each candidate distils (its dropout), from a stream of its own: a library with one
     more candidate, put first, gives the others the same weights before and after `distill_`."""

@@ -90,8 +90,9 @@ class Run:
     def _check(self, session: Session) -> None:
         """What the methods' stages and the budget would refuse once built, refused before the run directory is
         written (`Session.open`): each method's `Method.check` and an impossible budget (`BudgetSearch.check`,
-        which measures the candidates' costs once). A predecessor of the family's, built for the checks alone and only
-        when one reads it: the run's random streams do not move."""
+        which measures the candidates' costs once, unless the run resumes from a checkpoint that holds its choice:
+        measured again, a latency near the budget could refuse a choice made and trained on). A predecessor of the
+        family's, built for the checks alone and only when one reads it: the run's random streams do not move."""
         recipe, task = self.recipe, session.task
         device = session.accelerator.device
         built: list[nn.Module] = []
@@ -106,7 +107,8 @@ class Run:
                 method.check(task, recipe.for_method(method.full_name), predecessor)
             if recipe.budget is not None:
                 self.search = BudgetSearch(task, recipe, device)
-                self.costs = self.search.check(predecessor())
+                if session.state.search is None:  # a resumed run whose checkpoint holds its choice measures nothing
+                    self.costs = self.search.check(predecessor())
 
     def run(self) -> dict[str, Any]:
         """Trains every stage not yet done and writes the report; returns it (on every rank)."""

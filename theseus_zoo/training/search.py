@@ -260,13 +260,14 @@ class BudgetSearch:
     def run(
         self,
         predecessor: nn.Module,
-        costs: tuple[dict[tuple[str, str], Cost], Cost],
+        costs: tuple[dict[tuple[str, str], Cost], Cost] | None,
         saved: dict[str, Any] | None = None,
         agree: Callable[[dict[str, Any]], dict[str, Any]] = lambda record: record,
         progress: bool = False,
     ) -> tuple[th.Plan, dict[str, Any]]:
         """Distils every candidate, then (unless ``saved`` holds an earlier choice of this run) scores and chooses;
-        returns the plan of the choice and the record for the checkpoint and the report. ``agree`` turns this
+        returns the plan of the choice and the record for the checkpoint and the report. ``costs``: what `check`
+        measured (``None`` only with ``saved``, which needs none). ``agree`` turns this
         process's record into the one every process takes (a run on several processes: rank 0's, since measured
         costs differ between processes; default: its own). ``progress``: bars for the distillation and for the
         choices measured."""
@@ -282,6 +283,8 @@ class BudgetSearch:
             losses = library.distill_(distill, self.task.logits, steps=self.steps, lr=self.lr, on_step=step)
         if saved is not None:
             return library.plan(saved["chosen"]), saved
+        if costs is None:
+            raise ValueError("BudgetSearch.run needs the costs check measured, or the saved choice of this run")
         scores = library.scores(score, self.task.logits)
         trail = None
         if self.given is not None:  # the recipe's choice: priced, not solved for (its exported cost is measured)

@@ -369,3 +369,32 @@ def test_the_search_shows_its_distillation_and_its_measurements_as_progress_bars
     err = capsys.readouterr().err
     assert ("search: distil" in err and "search: measure choices" in err) == progress
     assert progress or "search:" not in err
+
+
+def test_a_resumed_search_keeps_its_choice_without_measuring_the_budget_again(tmp_path, monkeypatch):
+    """Measured again on resume, a latency near the budget (a shared machine's noise) refused a run whose
+    checkpoint already held the choice it was training."""
+    from theseus_zoo.training.run import Run
+    from theseus_zoo.training.search import BudgetSearch
+
+    train = Run._train
+
+    def interrupted(self, method, context):
+        raise KeyboardInterrupt  # after the search, whose choice the checkpoint now holds
+
+    monkeypatch.setattr(Run, "_train", interrupted)
+    config = tmp_path / "toy.json"
+    phases = {"predecessor": {"steps": 4, "eval_every": 4}, "replacing": {"steps": 4, "eval_every": 4}}
+    config.write_text(json.dumps({**phases, "steps_to_one": 2}))
+    args = ["compress", "--recipe", "toy", "--config", str(config), "--out", str(tmp_path / "run"), "--no-progress"]
+    args += ["--methods", "theseus", "--budget", "latency=0.5,steps=2"]
+    assert cli.main(args) == 130
+    chosen = session.read_checkpoint(tmp_path / "run" / "checkpoint.pt")["search"]["chosen"]
+
+    def measures(self, predecessor):
+        raise AssertionError("the budget was checked again")
+
+    monkeypatch.setattr(Run, "_train", train)
+    monkeypatch.setattr(BudgetSearch, "check", measures)
+    assert cli.main([*args, "--resume"]) == 0
+    assert json.loads((tmp_path / "run" / "report.json").read_text())["search"]["chosen"] == chosen
