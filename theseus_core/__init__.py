@@ -15,9 +15,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .budget import solve
+    from .budget import Choice, Cost, CostTable, measured_choice, solve
     from .candidates import Kept, Skip, keep_specs, skip_specs, splice_
     from .costs import latency_clock, multiply_adds
+    from .distillation import prediction_loss
     from .engine import Theseus, replace_
     from .planning import copy_module, even_group_sizes, group_sizes_for, plan
     from .prepare import register_example_check
@@ -48,7 +49,8 @@ _MODULES = {
         "registered_successor",
     ),
     "schedule": ("AntiCurriculumSchedule", "ConstantSchedule", "LinearSchedule"),
-    "budget": ("solve",),
+    "budget": ("Choice", "Cost", "CostTable", "measured_choice", "solve"),
+    "distillation": ("prediction_loss",),
     "search": ("CandidateLibrary",),
     "candidates": ("Kept", "Skip", "keep_specs", "skip_specs", "splice_"),
     "costs": ("latency_clock", "multiply_adds"),
@@ -62,7 +64,10 @@ __all__ = [
     "DEFAULT_REGISTRY",
     "AntiCurriculumSchedule",
     "CandidateLibrary",
+    "Choice",
     "ConstantSchedule",
+    "Cost",
+    "CostTable",
     "Kept",
     "LinearSchedule",
     "ModuleSpec",
@@ -81,8 +86,10 @@ __all__ = [
     "keep_specs",
     "latency_clock",
     "list_successors",
+    "measured_choice",
     "multiply_adds",
     "plan",
+    "prediction_loss",
     "primary_output",
     "register_example_check",
     "register_successor",

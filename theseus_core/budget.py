@@ -16,12 +16,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 BELOW_ONE = 1 - 1e-9
 """The largest budget `measured_choice` gives the solver (a budget is a fraction in (0, 1))."""
+
+RATIO_TOLERANCE = 1e-6
+"""How far over its budget, relative to it, a choice's cost ratio may be and still count as within: sums of the same
+costs in another order differ in their last bits, so that a budget equal to a choice's own predicted ratio was
+refused now and then, and the solver's feasibility tolerance let a choice exceed a budget by as little. A millionth of
+the predecessor's cost is far below what any measurement resolves."""
 
 
 KINDS = ("latency", "params", "macs")
@@ -69,12 +76,17 @@ class Choice:
     def within_budget(self) -> bool:
         """Whether the choice fits its budget: as measured when it was, else as predicted."""
         ratio = self.predicted_ratio if self.measured_ratio is None else self.measured_ratio
-        return ratio <= self.budget
+        return _within(ratio, self.budget)
+
+
+def _within(ratio: float, budget: float) -> bool:
+    """Whether a cost ratio fits a budget, up to `RATIO_TOLERANCE`."""
+    return ratio <= budget * (1 + RATIO_TOLERANCE)
 
 
 def _check_range(budget: Any, kind: str) -> None:
-    """Raises `ValueError` in one line unless ``budget`` is a fraction in (0, 1)."""
-    if not (isinstance(budget, (int, float)) and 0 < budget < 1):
+    """Raises `ValueError` in one line unless ``budget`` is a fraction in (0, 1) (any real number: numpy's too)."""
+    if not (isinstance(budget, numbers.Real) and not isinstance(budget, bool) and 0 < budget < 1):
         raise ValueError(f"a budget is a fraction of the predecessor's {kind} in (0, 1), got {budget!r}")
 
 
@@ -149,14 +161,14 @@ class CostTable:
         _check_range(budget, kind)
         names, table, total = self._rows(kind)
         cheapest = self.rest.of(kind) + sum(min(row) for row in table)
-        if cheapest > budget * total:
+        if not _within(cheapest / total, budget):
             raise ValueError(
                 f"a {kind} budget of {budget:g} is below what the cheapest candidates reach "
                 f"({cheapest / total:.3f} of the predecessor's): raise it, or add cheaper candidates"
                 + (f" ({self.refused} were refused when built: CandidateLibrary.refused)" if self.refused else "")
             )
         trained = cheapest + min(self._trainable_premiums(names, table), default=math.inf)
-        if trained > budget * total:
+        if not _within(trained / total, budget):
             raise ValueError(
                 f"a {kind} budget of {budget:g} fits only choices without a parameter to train (such as every group "
                 f"skipped): raise it to at least {trained / total:.3f} of the predecessor's"
@@ -167,29 +179,56 @@ class CostTable:
         predecessor's (`solve`, under the limit ``budget`` times the predecessor's cost less ``rest``), at least one
         of them with parameters to train. Raises what `check_budget` raises, before solving."""
         self.check_budget(budget, kind)
+        self._check_scores(scores)
+        names, _, total = self._rows(kind)
+        limit = budget * total - self.rest.of(kind)
+        values = [[scores[(path, name)] for name in group] for path, group in zip(self.paths, names, strict=True)]
+        return self._solved(values, float(budget), limit, kind, slack=budget * total * RATIO_TOLERANCE)
+
+    def _solved(self, values: list[list[float]], budget: float, limit: float, kind: str, slack: float = 0.0) -> Choice:
+        """The solver's choice of ``values`` (a row per group) under ``limit`` (``slack`` over it allowed) on the
+        groups' summed ``kind`` cost, keeping a candidate with parameters to train, as a `Choice` under ``budget``."""
         names, table, total = self._rows(kind)
         rest = self.rest.of(kind)
-        limit = budget * total - rest
-        values = [[scores[(path, name)] for name in group] for path, group in zip(self.paths, names, strict=True)]
         trainable = [
             [self.costs[(path, name)].params > 0 for name in group]
             for path, group in zip(self.paths, names, strict=True)
         ]
-        picked = solve(values, table, limit)
-        if not any(row[index] for row, index in zip(trainable, picked, strict=True)):
-            picked = _solve_trained(values, table, limit, trainable)
+        given = allowed = limit + slack
+        for _ in range(3):  # the solver's feasibility tolerance may exceed the limit by a hair: tighten by as much
+            picked = solve(values, table, given)
+            if not any(row[index] for row, index in zip(trainable, picked, strict=True)):
+                picked = _solve_trained(values, table, given, trainable)
+            used = sum(row[index] for row, index in zip(table, picked, strict=True))
+            if used <= allowed:
+                break
+            given -= used - allowed
         chosen = {path: group[index] for path, group, index in zip(self.paths, names, picked, strict=True)}
-        used = sum(row[index] for row, index in zip(table, picked, strict=True))
         score = sum(row[index] for row, index in zip(values, picked, strict=True))
-        return Choice(chosen, kind, float(budget), limit, (rest + used) / total, score)
+        return Choice(chosen, kind, budget, limit, (rest + used) / total, score)
+
+    def _check_scores(self, scores: Mapping[tuple[str, str], float]) -> None:
+        """Raises `ValueError` in one line unless every candidate has a finite score (a distillation that diverged
+        scores NaN)."""
+        for path in self.paths:
+            for name in self.candidates[path]:
+                value = scores.get((path, name)) if isinstance(scores, Mapping) else None
+                if not isinstance(value, numbers.Real) or not math.isfinite(value):
+                    raise ValueError(
+                        f"candidate {name!r} of the group at {path} scored {value!r}: every candidate needs a finite "
+                        "score (a distillation that diverged scores NaN: lower its lr)"
+                    )
 
     def cheapest(self, kind: str = "latency") -> Choice:
-        """The choice of least summed cost that keeps a candidate with parameters to train (`choose` with each
-        candidate scored minus its cost, under the largest budget, `BELOW_ONE`)."""
-        negated = {
-            (path, name): -self.costs[(path, name)].of(kind) for path in self.paths for name in self.candidates[path]
-        }
-        return self.choose(negated, BELOW_ONE, kind)
+        """The choice of least summed cost that keeps a candidate with parameters to train (each candidate scored
+        minus its cost, with no limit), its ``budget`` and ``limit`` its own cost. Raises `ValueError` when no
+        candidate has parameters to train."""
+        names, table, total = self._rows(kind)
+        if not self._trainable_premiums(names, table):
+            raise ValueError("no candidate has parameters to train: a choice would leave nothing to learn")
+        negated = [[-cost for cost in row] for row in table]
+        choice = self._solved(negated, BELOW_ONE, sum(max(row) for row in table), kind)
+        return dataclasses.replace(choice, budget=choice.predicted_ratio, limit=choice.predicted_ratio * total)
 
     def choose_measured(
         self,
@@ -212,10 +251,14 @@ class CostTable:
             _check_range(budget, kind)
         else:
             self.check_budget(budget, kind)
+        self._check_scores(scores)
+        cheapest = self.cheapest(kind)
+        if cheapest.predicted_ratio >= BELOW_ONE:  # no candidate saves anything: refused with the caller's budget
+            self.check_budget(budget, kind)
         alternatives = [self.priced(chosen, scores, kind) for chosen in also]
         # like the solver's, an alternative keeps a candidate with parameters to train (every group skipped does not)
         alternatives = [a for a in alternatives if any(self.costs[key].params > 0 for key in a.chosen.items())]
-        floor = min(self.cheapest(kind).predicted_ratio * (1 + 1e-9), BELOW_ONE)  # what the solver is given
+        floor = min(cheapest.predicted_ratio, BELOW_ONE)  # what the solver is given
         return measured_choice(
             lambda given: self.choose(scores, given, kind),  # given stays in [floor, 1): the solver finds one
             measure,

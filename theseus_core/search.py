@@ -327,6 +327,8 @@ class CandidateLibrary:
         the reference's own logits over ``batches`` (0 is the best: the group's own output). ``batches``: any
         iterable, read once (every candidate sees the same batches)."""
         batches = list(batches)
+        if not batches:
+            raise ValueError("scores need at least one batch")
         references = [self.record(batch, forward)[0] for batch in batches]
         return {
             key: 0.0 if key[1] == KEEP else self._soft_score({key[0]: key[1]}, batches, references, forward)
@@ -340,6 +342,8 @@ class CandidateLibrary:
         what the groups do together. ``batches``: any iterable, read once."""
         self.check_choice(chosen)
         batches = list(batches)
+        if not batches:
+            raise ValueError("scores need at least one batch")
         references = [self.record(batch, forward)[0] for batch in batches]
         return self._soft_score(chosen, batches, references, forward)
 
@@ -367,6 +371,8 @@ class CandidateLibrary:
         (so that a load that comes and goes between rounds cancels), its parameters outside them, and its
         multiply-adds on ``batch`` minus its groups'. Times are read with `latency_clock` on the device of the
         reference's parameters; multiply-adds are counted once (`multiply_adds`: exact, they add up)."""
+        if not isinstance(rounds, int) or rounds < 1:
+            raise ValueError(f"costs need rounds >= 1 (the first, a warm-up, is dropped besides), got {rounds!r}")
         _, calls = self.record(batch, forward)
         with _evaluating(self.successors.values()), torch.no_grad():
             macs = {key: multiply_adds(lambda key=key: self._run(key, calls[key[0]])) for key in self.successors}

@@ -43,7 +43,6 @@ from .data.assets import fetch as fetch_asset
 from .errors import ONE_LINE_ERRORS
 from .methods import METHODS, split_methods
 from .recipes import Phase, Recipe, get_recipe, list_recipes, load_overrides
-from .recipes.recipe import BUDGET_KINDS
 
 DISTRIBUTION = "theseus-compression"
 
@@ -125,7 +124,8 @@ def _recipe(args: argparse.Namespace) -> Recipe:
         overrides["methods"] = split_methods(args.methods)
     if getattr(args, "budget", None) is not None:  # the flag's fields over the config's; its kind replaces theirs
         given = overrides.get("budget")
-        kept = {k: v for k, v in given.items() if k not in BUDGET_KINDS} if isinstance(given, dict) else {}
+        # the config's steps and lr only: a budget.chosen there is a choice made, not the search the flag asks for
+        kept = {k: v for k, v in given.items() if k in ("steps", "lr")} if isinstance(given, dict) else {}
         overrides["budget"] = {**kept, **parse_budget(args.budget)}
     recipe = get_recipe(args.recipe)
     try:
@@ -374,7 +374,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"theseus: error: {message}", file=sys.stderr, flush=True)
         return 2
     except KeyboardInterrupt:
-        print("\ntheseus: interrupted; the last checkpoint is kept: rerun with --resume", file=sys.stderr)
+        if _checkpointed(args):
+            print("\ntheseus: interrupted; the last checkpoint is kept: rerun with --resume", file=sys.stderr)
+        else:
+            print(
+                "\ntheseus: interrupted before the first checkpoint: nothing to resume, rerun as it was",
+                file=sys.stderr,
+            )
         return 130
     if run.main:
         print((out / "report.md").read_text())
@@ -383,6 +389,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"report, {plots}, metrics.jsonl{model} are in {out}")
     _leave_together()
     return 0
+
+
+def _checkpointed(args: argparse.Namespace) -> bool:
+    """Whether an interrupted command left something ``--resume`` continues: anything but a ``compress`` run
+    stopped before its first checkpoint (a sweep's or an analysis' runs each resume on their own)."""
+    if args.command != "compress":
+        return True
+    out = args.out or Path("runs") / args.recipe
+    return any((out / name).exists() for name in ("checkpoint.pt", "checkpoint.pt.previous"))
 
 
 def _leave_together() -> None:

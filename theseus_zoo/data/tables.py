@@ -29,6 +29,7 @@ a single class, an empty split.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import math
@@ -45,6 +46,8 @@ FORMATS = (".csv", ".tsv", ".jsonl")
 SPLIT_NAMES = {"train": "train", "dev": "validation", "validation": "validation", "test": "test"}
 KINDS = ("classes", "regression")
 MISSING = ("", "nan", "na", "n/a", "null")
+NO_KEY = type("NoKey", (), {"__repr__": lambda self: "no key"})()
+"""The label of a JSON line that leaves the label's key out: a missing label, named as such."""
 """Cells that are a missing label (stripped, any case), as spreadsheets and pandas write them."""
 MAX_INFERRED_CLASSES = 20
 """The most different integer labels that are inferred to be classes (more: set ``labels``)."""
@@ -140,7 +143,7 @@ def _rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
 
 
 def _is_missing(value: Any) -> bool:
-    if value is None:
+    if value is None or value is NO_KEY:
         return True
     if isinstance(value, float):
         return math.isnan(value)
@@ -172,6 +175,8 @@ def _cell(value: Any) -> str:
     """A label as the file wrote it: ``'NaN'`` for a CSV cell, ``null`` / ``NaN`` / ``0.5`` for JSON."""
     if value is None:
         return "null"
+    if value is NO_KEY:
+        return "no key"
     if isinstance(value, float) and math.isnan(value):
         return "NaN"
     return repr(value)
@@ -264,6 +269,20 @@ def _listed(names: list[str], limit: int = 10) -> str:
     return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
+def fingerprint(path: Path) -> str:
+    """The sha256 of a file's bytes, or of a folder's files (their paths relative to it, then their bytes, in path
+    order): what a resumed run compares, through the description, to tell that its data changed."""
+    digest = hashlib.sha256()
+    files = [path] if path.is_file() else sorted(inner for inner in path.rglob("*") if inner.is_file())
+    for file in files:
+        if file != path:
+            digest.update(file.relative_to(path).as_posix().encode() + b"\0")
+        with file.open("rb") as stream:
+            for block in iter(lambda: stream.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
 def load_table(
     path: str | Path,
     *,
@@ -300,6 +319,8 @@ def load_table(
     if not rows:
         raise ValueError(f"{path}: no rows")
     columns = [text_column, *([text_pair_column] if text_pair_column else []), label_column]
+    if any(label_column in row for _, row in rows):  # a JSON line without the label key has a missing label
+        rows = [(number, row if label_column in row else {**row, label_column: NO_KEY}) for number, row in rows]
     for number, row in rows:
         missing_columns = [column for column in columns if column not in row]
         if missing_columns:
@@ -399,7 +420,8 @@ def load_table(
     if inference is not None:
         task += ", inferred from the labels (the option labels sets it)"
     dropped_note = f"; {_count(len(dropped), 'row')} without a label dropped" if dropped else ""
-    description = f"{path.name}: {len(rows):,} rows, {texts}, {task}; {split}{dropped_note}"
+    description = f"{path.name} (sha256 {fingerprint(path)[:12]}): {len(rows):,} rows, {texts}, {task}; {split}"
+    description += dropped_note
     return Table(
         datasets.DatasetDict(
             {

@@ -90,6 +90,12 @@ def search_lines(search: dict[str, Any]) -> str:
             "on a shared machine moves by a few percent between measurements of one architecture."
             if kind == "latency" and measured is not None and measured > fraction and search.get("within_budget", True)
             else ""
+        )
+        + (
+            f" **Over the budget**: the recipe's choice is predicted at {search['predicted_ratio']:.3f} of the "
+            f"predecessor's {kind}, the budget is {fraction:g}."
+            if search.get("given") and search.get("within_budget") is False
+            else ""
         ),
         "",
         "| group | chosen | score | latency (ms) | parameters | multiply-adds |",
@@ -178,11 +184,10 @@ def markdown_report(report: Report | dict[str, Any]) -> str:
     if "theseus" in models:
         size = models["theseus"].size_on_disk_bytes
         predecessor_size = models["predecessor"].size_on_disk_bytes
-        smaller = (predecessor_size if predecessor_size is not None else size) / size
+        relative = f", {size / predecessor_size:.2f} of the predecessor's export" if predecessor_size else ""
         lines.append(
-            f"\nThe exported successor takes {size / 1e6:.2f} MB on disk ({smaller:.1f}× less than the predecessor's "
-            f"export) and runs {report.speedup:.2f}× as fast as the predecessor (measured, eager, median of "
-            f"per-turn ratios)."
+            f"\nThe exported successor takes {size / 1e6:.2f} MB on disk{relative}, and runs {report.speedup:.2f}× "
+            "as fast as the predecessor (measured, eager, median of per-turn ratios)."
         )
     else:
         methods = report.recipe.get("methods")

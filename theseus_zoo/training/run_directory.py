@@ -127,6 +127,14 @@ def recipe_changes(recorded: dict | None, recipe: Recipe) -> str | None:
     return disagreement([with_defaults(recorded or {}), recipe.to_dict()], ("in the run", "given now"))
 
 
+def data_changed(recorded: dict | None, recipe: Recipe) -> bool:
+    """Whether the recipe a run recorded differs from ``recipe`` in its description alone, where that description is
+    what was read from the user's data (file, sha256, rows: `theseus_zoo.cli`): the same recipe on changed data."""
+    theirs, ours = with_defaults(recorded or {}), recipe.to_dict()
+    differing = {key for key in theirs.keys() | ours.keys() if theirs.get(key) != ours.get(key)}
+    return differing == {"description"} and "on the user's data" in str(theirs.get("description"))
+
+
 def finished_predecessor(run: Path, recipe: Recipe, compression_options: tuple[str, ...] = ()) -> StageRecord:
     """The fine-tuned predecessor phase of the run in ``run``, checked to be the one ``recipe`` would train: same
     family, predecessor phase, and options but for ``compression_options`` (those that only shape the successor,

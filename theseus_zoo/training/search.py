@@ -17,6 +17,7 @@ the checkpoint (a resumed run keeps its choice and distils again, deterministica
 from __future__ import annotations
 
 import copy
+import dataclasses
 import sys
 import time
 from collections.abc import Callable
@@ -289,7 +290,13 @@ class BudgetSearch:
         trail = None
         if self.given is not None:  # the recipe's choice: priced, not solved for (its exported cost is measured)
             choice = library.priced(self.given, scores, costs, self.kind)
-            within = None if self.kind == "latency" else choice.predicted_ratio <= self.fraction
+            within = None if self.kind == "latency" else dataclasses.replace(choice, budget=self.fraction).within_budget
+            if within is False:
+                print(
+                    f"theseus: warning: the recipe's choice (budget.chosen) costs {choice.predicted_ratio:.3f} of the "
+                    f"predecessor's {self.kind}, over the budget of {self.fraction:g}; it is the one trained",
+                    file=sys.stderr,
+                )
         elif self.kind == "latency":  # the candidates' times need not add up: each choice assembled and measured
             bar = tqdm(desc="search: measure choices", unit="choice", disable=not progress, leave=False)
 
@@ -316,7 +323,8 @@ class BudgetSearch:
                     file=sys.stderr,
                 )
         else:  # parameters and multiply-adds add up exactly
-            choice, within = library.choose(scores, costs, self.fraction, self.kind), True
+            choice = library.choose(scores, costs, self.fraction, self.kind)
+            within = choice.within_budget
         per_key, rest = costs
         total = rest.of(self.kind) + sum(per_key[(path, "keep")].of(self.kind) for path in library.paths)
         record = {

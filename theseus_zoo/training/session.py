@@ -43,6 +43,7 @@ from .run_directory import (
     RunError,
     RunLock,
     check_writable,
+    data_changed,
     finished_predecessor,
     recipe_changes,
     repair_metrics,
@@ -50,7 +51,7 @@ from .run_directory import (
 from .sharding import DataParallel, Parallelism, parallel_for, prune_sharded
 from .state import RunState, StageProgress, StageRecord
 
-FINISHED_FILES = ("report.json", "report.md", "metrics.jsonl", "model")
+FINISHED_FILES = ("report.json", "report.md", "metrics.jsonl", "model", "curves.png", "search.png")
 """What a run leaves in its directory beside the checkpoint: a fresh run refuses a directory that holds any."""
 
 
@@ -131,8 +132,6 @@ class Session:
                 session.lock = RunLock(session.out)
                 if resume:
                     repair_metrics(session.out / "metrics.jsonl", state.metrics_bytes)
-                else:
-                    (session.out / "curves.png").unlink(missing_ok=True)  # the others were refused above
                 (session.out / "recipe.json").write_text(json.dumps(recipe.to_dict(), indent=2) + "\n")
         session.metrics = MetricsLog(session.out, enabled=session.main)
         return session
@@ -206,6 +205,11 @@ class Session:
         if resume:
             self.state = RunState.from_dict(read_checkpoint(checkpoint))
             differing = recipe_changes(self.state.recipe, recipe)
+            if differing is not None and data_changed(self.state.recipe, recipe):
+                raise RunError(
+                    f"--resume: the data changed since the run in {self.out} began ({differing}); resume with the "
+                    f"data it began with, or start a new run with another --out"
+                )
             if differing is not None:
                 raise RunError(
                     f"--resume: the run in {self.out} used another recipe ({differing}); resume with the same "

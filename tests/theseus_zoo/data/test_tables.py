@@ -1,5 +1,6 @@
 """A user's own data (`theseus_zoo.data.tables`), BBC News (`theseus_zoo.data.bbc_news`), the bert family on both."""
 
+import hashlib
 import json
 from collections import Counter
 
@@ -119,11 +120,14 @@ def test_a_missing_label_in_any_spelling_is_refused_naming_its_row(tmp_path, cel
 def test_missing_labels_in_json_and_many_rows_are_named_in_one_line(tmp_path):
     lines = [json.dumps({"text": f"t{i}", "label": i % 2}) for i in range(40)]
     lines += ['{"text": "a", "label": null}', '{"text": "b", "label": NaN}', '{"text": "c", "label": "NA"}']
+    lines += ['{"text": "d"}']  # a JSON line leaves out what it does not have
     (tmp_path / "data.jsonl").write_text("\n".join(lines) + "\n")
     with pytest.raises(
-        ValueError, match=r"3 rows with no label in 'label' \(rows 41 \(null\), 42 \(NaN\), 43 \('NA'\)\)"
+        ValueError,
+        match=r"4 rows with no label in 'label' \(rows 41 \(null\), 42 \(NaN\), 43 \('NA'\), 44 \(no key\)\)",
     ):
         tables.load_table(tmp_path / "data.jsonl")
+    assert tables.load_table(tmp_path / "data.jsonl", missing="drop").dropped == (41, 42, 43, 44)
     (tmp_path / "many.csv").write_text(zero_one() + "x,nan\n" * 12)
     with pytest.raises(ValueError, match=r"12 rows .* and 2 more\)") as error:
         tables.load_table(tmp_path / "many.csv")
@@ -188,11 +192,13 @@ def test_a_csv_with_a_byte_order_mark_reads_as_excel_wrote_it(tmp_path):
 
 
 def test_the_description_names_file_columns_classes_and_split(tmp_path):
-    table = tables.load_table(write(tmp_path / "reviews.csv", rows()))
+    path = write(tmp_path / "reviews.csv", rows())
+    table = tables.load_table(path)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]  # what a resume compares
     assert table.description == (
-        "reviews.csv: 60 rows, text column 'text', 3 classes in 'label' (mid, neg, pos), inferred from the labels "
-        "(the option labels sets it); split 80% / 10% / 10% stratified by class (seed 0): 48 / 6 / 6 rows "
-        "train / dev / test"
+        f"reviews.csv (sha256 {digest}): 60 rows, text column 'text', 3 classes in 'label' (mid, neg, pos), inferred "
+        "from the labels (the option labels sets it); split 80% / 10% / 10% stratified by class (seed 0): 48 / 6 / 6 "
+        "rows train / dev / test"
     )
 
 

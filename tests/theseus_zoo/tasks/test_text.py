@@ -1,5 +1,6 @@
 """The bert family through `theseus compress`: a tiny random BERT and tokenizer written to disk, GLUE TSVs."""
 
+import hashlib
 import json
 import random
 import re
@@ -252,7 +253,8 @@ def test_own_data_from_excel_trains_and_its_export_and_report_carry_the_class_na
     assert compress(tmp_path, options, baselines=()) == 0
     out = capsys.readouterr().out
     assert "theseus: reviews.csv: labels: classes (every label is a class name: negative, positive)" in out
-    assert "theseus: your data: reviews.csv: 60 rows, text column 'review', 2 classes in 'verdict'" in out
+    digest = hashlib.sha256(reviews.read_bytes()).hexdigest()[:12]  # what a resume compares
+    assert f"theseus: your data: reviews.csv (sha256 {digest}): 60 rows, text column 'review', 2 classes in " in out
     exported = AutoModelForSequenceClassification.from_pretrained(tmp_path / "run" / "model")
     assert exported.config.id2label == {0: "negative", 1: "positive"}
     assert exported.config.label2id == {"negative": 0, "positive": 1}
@@ -260,10 +262,37 @@ def test_own_data_from_excel_trains_and_its_export_and_report_carry_the_class_na
     assert report.startswith("# Compression report: reviews.csv\n")  # titled by the user's file, not the recipe
     assert "Rotten Tomatoes" not in report
     assert (
-        "Recipe minilm-rotten-tomatoes on the user's data. reviews.csv: 60 rows, text column 'review', 2 classes in "
-        "'verdict' (negative, positive), inferred from the labels" in report
+        f"Recipe minilm-rotten-tomatoes on the user's data. reviews.csv (sha256 {digest}): 60 rows, text column "
+        "'review', 2 classes in 'verdict' (negative, positive), inferred from the labels" in report
     )
     assert "stratified by class (seed 0): 48 / 6 / 6 rows train / dev / test" in report
+
+
+def test_a_resume_on_changed_data_is_refused_naming_the_data(tiny_model, tmp_path, capsys, monkeypatch):
+    """Labels swapped in the file, same rows: the run would have reported a predecessor trained on the old labels
+    and the rest on the new as one run."""
+    from theseus_zoo.training import session
+
+    rows = sentences(60, 3)
+    reviews = write_reviews(tmp_path / "reviews.csv", rows)
+    options = {"model": str(tiny_model), "dataset": str(reviews), "num_layers": 2}
+    options |= {"text_column": "review", "label_column": "verdict"}
+
+    def dies(state, path):
+        raise KeyboardInterrupt  # right after the first checkpoint is written
+
+    save = session.atomic_save
+    monkeypatch.setattr(session, "atomic_save", lambda state, path: (save(state, path), dies(state, path)))
+    assert compress(tmp_path, options, baselines=()) == 130
+    monkeypatch.setattr(session, "atomic_save", save)
+    write_reviews(reviews, [(text, 1 - label) for text, label in rows])
+    config = tmp_path / "config.json"
+    args = ["compress", "--recipe", "minilm-rotten-tomatoes", "--config", str(config), "--out", str(tmp_path / "run")]
+    capsys.readouterr()
+    assert cli.main([*args, "--no-progress", "--resume"]) == 2
+    error = capsys.readouterr().err
+    assert "--resume: the data changed since the run in" in error and "sha256" in error
+    assert "another recipe" not in error
 
 
 @pytest.mark.parametrize(

@@ -86,7 +86,7 @@ def test_the_verdict_follows_the_interval_not_the_point_estimate(low, high, verd
     }
     text = markdown_report(report)
     assert f"- Theseus is {verdict} baseline:kd: +0.0050" in text
-    assert "2.00 MB on disk (2.0× less" in text
+    assert "2.00 MB on disk, 0.50 of the predecessor's export, and runs 2.00× as fast" in text
 
 
 def test_the_markdown_is_the_same_from_a_typed_report_and_from_its_json():
@@ -149,3 +149,22 @@ def test_the_search_account_says_when_the_exported_model_measures_over_its_budge
     assert "0.497 measured once assembled" in text and f"exported model {exported:.3f}" in text
     assert ("over the budget by 0.017" in text) == over
     assert "![the solver's choices at several budgets](search.png)" in text
+
+
+@pytest.mark.parametrize(("within", "said"), [(False, True), (True, False), (None, False)])
+def test_the_search_account_says_when_the_recipes_own_choice_is_over_its_budget(within, said):
+    """A budget.chosen over its budget was reported as "priced under a params budget of 0.3" and nothing more."""
+    search = {
+        "budget": {"params": 0.3},
+        "steps": 10,
+        "given": True,
+        "predicted_ratio": 0.752,
+        "params_ratio": 0.752,
+        "within_budget": within,
+        "chosen": {"blocks[0:2]": "keep"},
+        "candidates": {"blocks[0:2]": {"keep": {"score": 0.0, "latency": 1e-3, "params": 100}}},
+    }
+    text = search_lines(search)
+    assert (
+        "**Over the budget**: the recipe's choice is predicted at 0.752 of the predecessor's params" in text
+    ) == said

@@ -257,13 +257,27 @@ def test_a_second_writer_is_refused_with_the_pid_of_the_first(tmp_path, capsys):
     assert compress(tmp_path) == 0 and not (out / ".lock").exists()
 
 
-def test_a_fresh_run_never_appends_to_old_files_nor_overwrites_them_unasked(tmp_path, capsys):
+@pytest.mark.parametrize("name", ["metrics.jsonl", "curves.png", "search.png"])
+def test_a_fresh_run_never_appends_to_old_files_nor_overwrites_them_unasked(tmp_path, capsys, name):
+    """A plot of the user's (or an earlier run's) was deleted without a word, and an old search.png was announced
+    as this run's."""
     out = tmp_path / "run"
     out.mkdir()
-    (out / "metrics.jsonl").write_text('{"phase": "old"}\n')
+    (out / name).write_text("old\n")
     assert compress(tmp_path) == 2
-    assert "earlier run's results (metrics.jsonl)" in capsys.readouterr().err
-    assert (out / "metrics.jsonl").read_text() == '{"phase": "old"}\n'
+    assert f"earlier run's results ({name})" in capsys.readouterr().err
+    assert (out / name).read_text() == "old\n"
+
+
+def test_an_interrupt_before_the_first_checkpoint_does_not_advise_resume(tmp_path, monkeypatch, capsys):
+    def interrupted(state, path):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(session, "atomic_save", interrupted)
+    assert compress(tmp_path) == 130
+    assert "before the first checkpoint: nothing to resume" in capsys.readouterr().err
+    monkeypatch.undo()
+    assert compress(tmp_path) == 0  # rerun as it was
 
 
 def test_a_finished_run_whose_checkpoint_was_deleted_is_not_overwritten_without_a_word(tmp_path, capsys):

@@ -75,17 +75,17 @@ def test_an_impossible_budget_is_refused_in_one_line_before_any_work(
 
 def test_the_budget_flag_overrides_the_configs_budget_field_by_field(tmp_path):
     """The flag's kind replaces the config's (a budget names one), and the config's steps and lr stay unless the
-    flag gives its own."""
+    flag gives its own; a choice the config names is not the search the flag asks for, and goes."""
     import argparse
 
     config = tmp_path / "budget.json"
-    config.write_text(json.dumps({"budget": {"params": 0.3, "steps": 7, "lr": 0.01}}))
+    config.write_text(json.dumps({"budget": {"params": 0.3, "steps": 7, "lr": 0.01, "chosen": {"blocks[0:2]": "one"}}}))
 
     def recipe(flag):
         args = argparse.Namespace(recipe="toy", config=config, seed=None, steps_to_one=None, methods=None, budget=flag)
         return cli._recipe(args).budget
 
-    assert recipe(None) == {"params": 0.3, "steps": 7, "lr": 0.01}
+    assert recipe(None) == {"params": 0.3, "steps": 7, "lr": 0.01, "chosen": {"blocks[0:2]": "one"}}
     assert recipe("latency=0.5") == {"latency": 0.5, "steps": 7, "lr": 0.01}
     assert recipe("params=0.4,steps=20") == {"params": 0.4, "steps": 20, "lr": 0.01}
 
