@@ -17,8 +17,10 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from .layers import QUANTIZED_TYPES, WEIGHT_BITS, QuantEmbedding, QuantizedInPlace, QuantLinear
-from .quantizers import ACTIVATION_BITS, GRANULARITIES, Granularity
+from theseus_core.checks import is_int
+
+from .layers import QUANTIZED_TYPES, QuantEmbedding, QuantizedInPlace, QuantLinear, _check_weight_bits
+from .quantizers import GRANULARITIES, Granularity, _check_activation_bits
 
 DEFAULT_SKIP = ("classifier", "pooler", "position_embeddings", "token_type_embeddings")
 """What BinaryBERT keeps in full precision besides LayerNorm and biases (which `quantize_` never
@@ -124,16 +126,14 @@ def quantize_(
         A `QuantizationRecord` (print it).
 
     Raises:
-        TypeError, ValueError: Bad arguments, a skip pattern matching nothing,
-            modules already quantized, nothing to quantize; the model is then
-            unchanged.
+        TypeError, ValueError: Bad arguments (bits that are not the integers
+            listed), a skip pattern matching nothing, modules already quantized,
+            nothing to quantize; the model is then unchanged.
     """
     if not isinstance(module, nn.Module):
         raise TypeError(f"quantize_ takes an nn.Module, got {type(module).__name__}")
-    if isinstance(weight_bits, bool) or weight_bits not in WEIGHT_BITS:
-        raise ValueError(f"weight_bits must be 2 (ternary) or 1 (binary), got {weight_bits!r}")
-    if isinstance(activation_bits, bool) or activation_bits not in ACTIVATION_BITS:
-        raise ValueError(f"activation_bits must be one of {ACTIVATION_BITS}, got {activation_bits!r}")
+    _check_weight_bits(weight_bits)
+    _check_activation_bits(activation_bits)
     for granularity in (linear_granularity, embedding_granularity):
         if granularity not in GRANULARITIES:
             raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
@@ -245,11 +245,9 @@ class quantized_copy:  # noqa: N801 - used like a function: successor=quantized_
         embeddings: bool = True,
         attention: bool = True,
     ) -> None:
-        if isinstance(weight_bits, bool) or weight_bits not in WEIGHT_BITS:
-            raise ValueError(f"weight_bits must be 2 (ternary) or 1 (binary), got {weight_bits!r}")
-        if isinstance(activation_bits, bool) or activation_bits not in ACTIVATION_BITS:
-            raise ValueError(f"activation_bits must be one of {ACTIVATION_BITS}, got {activation_bits!r}")
-        if layers is not None and (not layers or not all(isinstance(i, int) for i in layers)):
+        _check_weight_bits(weight_bits)
+        _check_activation_bits(activation_bits)
+        if layers is not None and (not layers or not all(is_int(i) for i in layers)):
             raise ValueError(f"layers must be a non-empty list of positions in the group, got {layers!r}")
         self.weight_bits = weight_bits
         self.activation_bits = activation_bits

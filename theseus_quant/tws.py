@@ -181,13 +181,20 @@ def split_ternary_(module: nn.Module, names: Sequence[str] | None = None) -> Spl
 def binarize_(module: nn.Module, names: Sequence[str] | None = None) -> tuple[str, ...]:
     """Turns ternary layers into binary ones directly (BWN of the latent weight: the paper's weak
     baseline, and what adaptive splitting does with the layers it does not split), in place.
-    Returns the qualified names changed; raises ``ValueError`` (before any change) if ``names``
-    names something that is not a ternary layer."""
+    Returns the qualified names changed.
+
+    Raises:
+        TypeError: ``names`` is a string, not a list of names.
+        ValueError: ``names`` names something that is not a ternary layer; the model is then
+            unchanged.
+    """
     ternary = {
         name: child
         for _, _, name, child in _children(module)
         if isinstance(child, (QuantLinear, QuantEmbedding)) and child.weight_bits == 2
     }
+    if isinstance(names, str):
+        raise TypeError(f"names must be a list of qualified layer names, got the string {names!r}")
     chosen = list(ternary) if names is None else list(names)
     unknown = [name for name in chosen if name not in ternary]
     if unknown:

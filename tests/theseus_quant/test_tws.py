@@ -185,3 +185,13 @@ def test_split_without_ternary_layers_raises():
     quantize_(model, 1, 8)
     with pytest.raises(ValueError, match="no ternary layer"):
         tws.split_ternary_(model)
+
+
+def test_binarize_refuses_a_string_of_names():
+    model = torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(11)])
+    quantize_(model, 2, None, skip=[])
+    before = snapshot(model)
+    with pytest.raises(TypeError, match="names must be a list"):
+        tws.binarize_(model, "10")  # not "1" and "0"
+    assert_unchanged(model, before)
+    assert all(layer.weight_bits == 2 for layer in model)
