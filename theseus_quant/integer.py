@@ -41,6 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .convert import _check_hooks, _check_not_bypassed, _children
 from .layers import BinarySplitEmbedding, BinarySplitLinear, QuantEmbedding, QuantLinear
 from .quantizers import LSQQuantizer, UniformQuantizer, dequantize
 
@@ -290,54 +291,54 @@ def to_integer_(model: nn.Module, kernel: str | None = None) -> IntegerRecord:
     """Replaces every quantized layer of ``model`` by its inference form, in place; returns an `IntegerRecord`.
 
     The outputs equal the simulated model's within fp32 rounding (module docstring); the model is put in eval mode
-    and its converted layers carry no gradient. Everything is built before the first swap.
+    and its converted layers carry no gradient. Everything is checked and built before the first swap. The new layers
+    are new module objects: a layer reachable under several names is converted once and stays shared, attributes set
+    on the quantized layers do not carry over, and a quantized layer carrying hooks is refused.
 
     Args:
         model: A model with `QuantLinear` / `QuantEmbedding` layers or their TWS pairs (e.g. `load_quantized`'s).
         kernel: `IntegerLinear`'s kernel. (default: ``"onednn"`` where available)
 
     Raises:
-        ValueError: No quantized layer (nothing to convert), the root itself is one, or a layer cannot be converted
-            (named); the model is then unchanged.
+        ValueError: No quantized layer (nothing to convert), the root itself is one, a layer cannot be converted,
+            carries hooks or sits where its parent reads its weight directly (`theseus_quant.convert.WEIGHT_READERS`),
+            named; the model is then unchanged.
     """
+    if isinstance(model, _LINEARS + _EMBEDDINGS):
+        raise ValueError("the root module is a quantized layer; wrap it in a container first")
     targets = [
-        (name, module)
-        for name, module in model.named_modules()
-        if isinstance(module, _LINEARS + _EMBEDDINGS)
-        and not isinstance(_parent(model, name), (BinarySplitLinear, BinarySplitEmbedding))
+        edge
+        for edge in _children(model)
+        if isinstance(edge[3], _LINEARS + _EMBEDDINGS)
+        and not isinstance(edge[0], (BinarySplitLinear, BinarySplitEmbedding))  # a pair is converted whole
     ]
     if not targets:
         raise ValueError(f"this {type(model).__name__} has no quantized layer: nothing to make integer")
-    if any(name == "" for name, _ in targets):
-        raise ValueError("the root module is a quantized layer; wrap it in a container first")
-    replacements: dict[str, nn.Module] = {}
+    _check_not_bypassed(targets, "to_integer_")
+    _check_hooks([edge for edge in _children(model) if isinstance(edge[3], _LINEARS + _EMBEDDINGS)], "to_integer_")
+    replacements: dict[int, nn.Module] = {}
     kinds: dict[str, list[str]] = {"integer": [], "linear": [], "embedding": []}
-    for name, module in targets:
+    for _, _, name, module in targets:
+        if id(module) in replacements:  # reachable under several names: one replacement, shared as the layer was
+            continue
         try:
             if isinstance(module, _EMBEDDINGS):
-                replacements[name] = _frozen_embedding(module)
+                replacements[id(module)] = _frozen_embedding(module)
                 kinds["embedding"].append(name)
             elif _has_quantized_inputs(module):
-                replacements[name] = IntegerLinear.from_quantized(module, kernel)
+                replacements[id(module)] = IntegerLinear.from_quantized(module, kernel)
                 kinds["integer"].append(name)
             else:
-                replacements[name] = _frozen_linear(module)
+                replacements[id(module)] = _frozen_linear(module)
                 kinds["linear"].append(name)
         except (TypeError, ValueError) as error:
             raise ValueError(f"{name}: {error}") from error
     # --- nothing above this line changes the model ---
-    for name, replacement in replacements.items():
-        parent_name, _, child = name.rpartition(".")
-        model.get_submodule(parent_name).add_module(child, replacement)
+    for parent, key, _, module in targets:
+        parent._modules[key] = replacements[id(module)]
     model.eval()
     used = next((m.kernel for m in replacements.values() if isinstance(m, IntegerLinear)), kernel or "none")
     return IntegerRecord(tuple(kinds["integer"]), tuple(kinds["linear"]), tuple(kinds["embedding"]), used)
-
-
-def _parent(model: nn.Module, name: str) -> nn.Module | None:
-    if not name:
-        return None
-    return model.get_submodule(name.rpartition(".")[0])
 
 
 def _has_quantized_inputs(layer: QuantLinear | BinarySplitLinear) -> bool:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .convert import _children
+from .convert import _check_hooks, _check_not_bypassed, _children
 from .layers import BinarySplitEmbedding, BinarySplitLinear, QuantEmbedding, QuantLinear
 from .quantizers import Granularity, _grouped, _ternary, binarize, ternarize
 
@@ -132,7 +132,8 @@ def split_ternary_(module: nn.Module, names: Sequence[str] | None = None) -> Spl
     ``module`` becomes a `BinarySplitLinear` / `BinarySplitEmbedding` with the same output.
 
     Each half is a binary copy of the layer (same granularity, half the bias, its own copy of the
-    activation quantizer with the same state); fine-tune the result (BinaryBERT §3.2).
+    activation quantizer with the same state); fine-tune the result (BinaryBERT §3.2). The pairs
+    are new module objects: attributes set on the ternary layers do not carry over.
 
     Args:
         module: The model, changed in place.
@@ -144,8 +145,11 @@ def split_ternary_(module: nn.Module, names: Sequence[str] | None = None) -> Spl
         A `SplitRecord`.
 
     Raises:
+        TypeError: ``names`` is a string, not a list of names.
         ValueError: No ternary layer, or ``names`` naming something that is not a ternary layer
-            of ``module``; the model is then unchanged.
+            of ``module``, a layer carrying hooks (the pair would not have them), a layer whose
+            parent reads its weight directly (`theseus_quant.convert.WEIGHT_READERS`); the model
+            is then unchanged.
     """
     edges = [edge for edge in _children(module) if isinstance(edge[3], (QuantLinear, QuantEmbedding))]
     ternary = [edge for edge in edges if edge[3].weight_bits == 2]
@@ -165,6 +169,9 @@ def split_ternary_(module: nn.Module, names: Sequence[str] | None = None) -> Spl
         chosen_ids = {id(child) for _, _, name, child in ternary if name in set(names)}
     else:
         chosen_ids = {id(child) for _, _, _, child in ternary}
+    chosen = [edge for edge in ternary if id(edge[3]) in chosen_ids]
+    _check_not_bypassed(chosen, "split_ternary_")
+    _check_hooks(chosen, "split_ternary_")
     splits: dict[int, nn.Module] = {}
     for _, _, name, child in ternary:
         if id(child) in chosen_ids and id(child) not in splits:

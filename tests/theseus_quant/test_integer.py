@@ -183,3 +183,32 @@ def test_an_unversioned_layout_from_before_version_1_still_loads(tiny_bert, tmp_
     path.write_text(json.dumps({**old, "version": 99}))
     with pytest.raises(ValueError, match="version 99"):
         tq.load_quantized(tmp_path, lambda: BertForSequenceClassification(tiny_bert.config))
+
+
+def test_a_layer_reachable_under_two_names_is_converted_once_and_stays_shared():
+    torch.manual_seed(0)
+    shared = nn.Linear(8, 8)
+    model = nn.Sequential(shared, nn.ReLU(), shared, nn.Linear(8, 2))
+    tq.quantize_(model, 2, 8, skip=[])
+    model.eval()
+    x = torch.randn(3, 8)
+    expected = model(x)
+    record = tq.to_integer_(model)
+    assert isinstance(model[0], IntegerLinear) and model[0] is model[2]
+    assert record.integer == ("0", "3")
+    torch.testing.assert_close(model(x), expected, rtol=0, atol=_bound(model, x))
+
+
+def test_to_integer_refuses_a_layer_its_parent_reads_directly():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True), nn.Linear(8, 3))
+    model[0].linear1 = tq.QuantLinear.from_linear(model[0].linear1)  # built by hand: quantize_ refuses to
+    model.eval()
+    before = [type(m) for m in model.modules()]
+    with pytest.raises(
+        ValueError, match=r"to_integer_ cannot swap 0\.linear1: its parent 0 is an nn\.TransformerEncoderLayer"
+    ):
+        tq.to_integer_(model)
+    with pytest.raises(ValueError, match=r"split_ternary_ cannot swap 0\.linear1"):
+        tq.split_ternary_(model)
+    assert [type(m) for m in model.modules()] == before
