@@ -212,3 +212,30 @@ def test_to_integer_refuses_a_layer_its_parent_reads_directly():
     with pytest.raises(ValueError, match=r"split_ternary_ cannot swap 0\.linear1"):
         tq.split_ternary_(model)
     assert [type(m) for m in model.modules()] == before
+
+
+def _mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+
+def test_a_quantized_folder_records_granularity_and_the_model_s_activation_bits(tmp_path):
+    x = torch.randn(3, 8)
+    row = _mlp()
+    tq.quantize_(row, 2, 8, skip=[], linear_granularity="row")
+    row[2].granularity = "tensor"  # mixed, as a layout may be
+    tq.save_quantized(row, tmp_path / "row")
+    layout = tq.read_layout(tmp_path / "row")
+    assert layout.granularity == {"0": "row", "2": "tensor"} and layout.activation_bits == 8
+    assert torch.equal(tq.load_quantized(tmp_path / "row", _mlp)(x), row.eval()(x))
+
+    float_inputs = _mlp()
+    tq.quantize_(float_inputs, 2, None, skip=[])
+    with pytest.raises(ValueError, match="activation_bits=8, but this model does not quantize activations"):
+        tq.save_quantized(float_inputs, tmp_path / "wrong", 8)
+    with pytest.raises(ValueError, match="no quantized layer"):
+        tq.save_quantized(_mlp(), tmp_path / "float")
+    assert not (tmp_path / "wrong").exists() and not (tmp_path / "float").exists(), "a refused save wrote files"
+    tq.save_quantized(float_inputs, tmp_path / "none")  # read from the model
+    assert tq.read_layout(tmp_path / "none").activation_bits is None
+    assert torch.equal(tq.load_quantized(tmp_path / "none", _mlp)(x), float_inputs.eval()(x))
