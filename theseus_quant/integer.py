@@ -26,7 +26,13 @@ writes that graph from the same `integer_linear` op.
 `to_integer_` converts a model in place: quantized Linears → `IntegerLinear`, quantized embeddings → ``nn.Embedding``
 holding the quantized table ŵ (a lookup has nothing to multiply), quantized Linears without an activation quantizer →
 ``nn.Linear`` holding ŵ. Quantized attention (`theseus_quant.bert`) is left as it is: its two matmuls take quantized
-inputs already and run in fp32. The result is inference-only (no parameters of the quantized layers remain).
+inputs already and run in fp32. The result is inference-only: an `IntegerLinear` holds buffers only, and the frozen
+``nn.Linear`` / ``nn.Embedding`` layers hold ŵ as parameters with ``requires_grad=False``.
+
+An `IntegerLinear` rounds its activation step to the input's dtype, as the simulated quantizer does
+(``step().to(x.dtype)``), so that a bf16 or fp16 model puts its inputs on the same levels. Such inputs take the
+``"reference"`` path (the ``"onednn"`` kernel runs fp32 inputs only), whose sums are then in that dtype: exact only
+below 2⁸ (bf16) or 2¹¹ (fp16), so the outputs match the simulated model's to that dtype's rounding, not fp32's.
 
 Tolerance: the integer path is exact; the simulated model rounds its fp32 sums. The difference of one layer's output
 is bounded by ``in_features · qmax · s · α · 2⁻²³`` per element (a few 1e-6 relative); through a whole network it
@@ -35,6 +41,7 @@ stays within float noise (``tests/theseus_quant/test_integer.py`` states and che
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -91,6 +98,14 @@ def activation_step(quantizer: nn.Module) -> tuple[float, int]:
     return float(step.item()), quantizer.qmax
 
 
+@functools.lru_cache(maxsize=64)
+def _step_in(step: float, dtype: torch.dtype) -> float:
+    """``step`` (an fp32 value) rounded to ``dtype``, as the simulated quantizer's ``step().to(x.dtype)``."""
+    if dtype in (torch.float32, torch.float64):
+        return step  # exact in both
+    return torch.tensor(step, dtype=torch.float32).to(dtype).item()
+
+
 def _row_scales(layer: QuantLinear) -> tuple[torch.Tensor, torch.Tensor]:
     """``(codes [N, K] int8, α per output row [N] fp32)`` of a quantized Linear."""
     codes, scales = layer.codes()
@@ -103,7 +118,9 @@ class IntegerLinear(nn.Module):
 
     Build it with `from_quantized`. Buffers: ``codes`` ``[parts·N, K]`` int8, ``weight_scale`` ``[parts·N]``,
     ``bias`` ``[parts·N]`` (each part's own bias) or ``None``; ``steps`` (a tuple of floats, one per part) and
-    ``qmax`` are attributes. Parts that share a step are quantized once and multiplied in one GEMM.
+    ``qmax`` are attributes, saved in the state_dict as its extra state (``load_state_dict`` restores all of it).
+    Parts that share a step are quantized once and multiplied in one GEMM. The ``"onednn"`` kernel's prepacked
+    weights are a cache: a load, a move or a dtype change clears it, and copies and pickles leave it out.
 
     Args:
         kernel: ``"onednn"`` (int8 GEMM, CPU) or ``"reference"`` (see the module docstring). (default:
@@ -208,6 +225,7 @@ class IntegerLinear(nn.Module):
                 out = self._onednn(x.contiguous(), step, start, stop)
             else:
                 bias = None if self.bias is None else self.bias[start:stop]
+                step = _step_in(step, x.dtype)
                 out = integer_linear(x, self.codes[start:stop], self.weight_scale[start:stop], bias, step, self.qmax)
             outputs.append(out)
         out = torch.cat(outputs, dim=-1) if len(outputs) > 1 else outputs[0]
@@ -219,6 +237,27 @@ class IntegerLinear(nn.Module):
     def _apply(self, fn, recurse=True):
         self._packed = {}  # a move or dtype change invalidates the prepacked weights
         return super()._apply(fn, recurse)
+
+    def get_extra_state(self) -> torch.Tensor:
+        """``[qmax, step₁, ...]`` (float64: the steps exactly), so that a state_dict carries the activation steps."""
+        return torch.tensor([self.qmax, *self.steps], dtype=torch.float64)
+
+    def set_extra_state(self, state: torch.Tensor) -> None:
+        values = [float(v) for v in state.reshape(-1).tolist()]
+        if len(values) != 1 + len(self.steps):
+            raise ValueError(
+                f"the state holds {len(values) - 1} activation steps, this IntegerLinear has {len(self.steps)} parts"
+            )
+        self.qmax, self.steps = int(values[0]), tuple(values[1:])
+
+    def _load_from_state_dict(self, *args, **kwargs) -> None:
+        self._packed = {}  # new codes: the prepacked ones are stale
+        super()._load_from_state_dict(*args, **kwargs)
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_packed"] = {}  # onednn's opaque tensors have no storage to copy or pickle; rebuilt on the next call
+        return state
 
     def extra_repr(self) -> str:
         parts = "binary pair" if len(self.steps) == 2 else "one layer"
