@@ -15,7 +15,12 @@
 - BERT (transformers), in `theseus_quant.bert`, imported on its own: `quantize_attention_`
   (Q, K, V and attention probabilities).
 
-Needs torch only (and theseus_core for `quantized_copy`); safetensors is used when installed.
+Needs torch and `theseus_core`, which ships in the same distribution (``import theseus_quant`` imports its
+``distillation`` and ``checks`` modules, torch only; `quantized_copy` its engine); imports no model library;
+safetensors is used when installed.
+
+`quantize_`, `dequantize_`, `split_ternary_` and `to_integer_` swap module objects (see `theseus_quant.convert`):
+attributes set on the old modules do not carry over, and modules carrying hooks are refused.
 """
 
 from .adaptive import SplitChoice, choose_splits, measure_sensitivity, split_costs

@@ -27,6 +27,8 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.models.bert.modeling_bert import BertSelfAttention
 
+from theseus_core.checks import is_int
+
 from .layers import QuantizedInPlace
 from .quantizers import UniformQuantizer, activation_quantizer
 
@@ -149,7 +151,7 @@ def quantize_attention_(module: nn.Module, bits: int = 8) -> AttentionRecord:
     """
     if not isinstance(module, nn.Module):
         raise TypeError(f"quantize_attention_ takes an nn.Module, got {type(module).__name__}")
-    if isinstance(bits, bool) or bits not in (8, 4):
+    if not is_int(bits) or bits not in (8, 4):
         raise ValueError(f"attention bits must be 8 (uniform) or 4 (LSQ), got {bits!r}")
     done = [name or "(root)" for name, m in module.named_modules() if isinstance(m, QuantBertSelfAttention)]
     if done:

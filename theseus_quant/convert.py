@@ -4,6 +4,12 @@
 before the first change (on any error the model is untouched), the modules are
 snapshotted before any is swapped, an empty match raises, and the returned
 record says what was replaced.
+
+`quantize_`, `dequantize_`, `theseus_quant.split_ternary_` and `theseus_quant.to_integer_` swap module objects: the
+model's parent modules then hold new objects (sharing the old ones' parameters where they can). What belongs to the
+old object does not carry over: attributes set on it, and hooks, which these verbs refuse (naming the module) rather
+than drop. A layer whose parent reads its ``weight`` directly instead of calling it (`WEIGHT_READERS`) is refused
+too: the swapped layer would be bypassed.
 """
 
 from __future__ import annotations
@@ -13,27 +19,57 @@ import fnmatch
 import importlib
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from torch import nn
 
-from .layers import QUANTIZED_TYPES, WEIGHT_BITS, QuantEmbedding, QuantizedInPlace, QuantLinear
-from .quantizers import ACTIVATION_BITS, GRANULARITIES, Granularity
+from theseus_core.checks import is_int
+
+from .layers import QUANTIZED_TYPES, QuantEmbedding, QuantizedInPlace, QuantLinear, _check_weight_bits
+from .quantizers import GRANULARITIES, Granularity, _check_activation_bits
 
 DEFAULT_SKIP = ("classifier", "pooler", "position_embeddings", "token_type_embeddings")
 """What BinaryBERT keeps in full precision besides LayerNorm and biases (which `quantize_` never
 touches): the classifier, the pooler, and the position and token-type embeddings."""
 
 
+WEIGHT_READERS: tuple[tuple[type[nn.Module], tuple[str, ...]], ...] = (
+    (nn.TransformerEncoderLayer, ("linear1", "linear2")),
+    (nn.MultiheadAttention, ("out_proj",)),
+)
+"""``(module type, children)``: modules whose ``forward`` reads those children's ``weight`` instead of calling them.
+``nn.TransformerEncoderLayer`` does in PyTorch's fast path (eval mode without gradients; ``nn.TransformerEncoder``'s
+nested-tensor path reads its first layer's), ``nn.MultiheadAttention`` on every call. A quantized or integer layer
+swapped in there would be bypassed (the float latent weight used instead) or break the call (a layer holding no
+``weight``), so the verbs that swap modules refuse such a child unless its parent's class overrides ``forward``.
+(``nn.MultiheadAttention``'s own ``out_proj`` is a subclass of ``nn.Linear``, which `quantize_` leaves alone anyway.)"""
+
+_HOOKS = {
+    "_forward_pre_hooks": "forward pre-hooks",
+    "_forward_hooks": "forward hooks",
+    "_backward_pre_hooks": "backward pre-hooks",
+    "_backward_hooks": "backward hooks",
+    "_state_dict_pre_hooks": "state_dict pre-hooks",
+    "_state_dict_hooks": "state_dict hooks",
+    "_load_state_dict_pre_hooks": "load_state_dict pre-hooks",
+    "_load_state_dict_post_hooks": "load_state_dict post-hooks",
+}
+
+
 @dataclass(frozen=True)
 class QuantizationRecord:
     """What `quantize_` did: ``quantized`` maps each replaced module's qualified name to a
-    description; ``skipped`` names the Linear / Embedding modules left in full precision."""
+    description; ``skipped`` names the Linear / Embedding modules left in full precision by the
+    skip patterns; ``not_converted`` maps the other modules holding a weight matrix that stay in
+    full precision, because their type is not exactly ``nn.Linear`` / ``nn.Embedding``
+    (``nn.MultiheadAttention`` and its ``out_proj``, convolutions, ``nn.EmbeddingBag``, ...),
+    to their class names."""
 
     quantized: dict[str, str]
     skipped: tuple[str, ...]
     weight_bits: int
     activation_bits: int | None
+    not_converted: dict[str, str] = field(default_factory=dict)
 
     def __str__(self) -> str:
         kind = {2: "ternary", 1: "binary"}[self.weight_bits]
@@ -42,6 +78,9 @@ class QuantizationRecord:
         lines += [f"  {name}: {description}" for name, description in self.quantized.items()]
         if self.skipped:
             lines.append(f"  kept in full precision: {', '.join(self.skipped)}")
+        if self.not_converted:
+            others = ", ".join(f"{name} ({kind})" for name, kind in self.not_converted.items())
+            lines.append(f"  not an nn.Linear / nn.Embedding, left in full precision: {others}")
         return "\n".join(lines)
 
 
@@ -69,6 +108,36 @@ def _children(module: nn.Module) -> list[tuple[nn.Module, str, str, nn.Module]]:
             if child is not None:
                 edges.append((parent, key, f"{parent_name}.{key}" if parent_name else key, child))
     return edges
+
+
+def _parent_name(name: str) -> str:
+    return name.rpartition(".")[0]
+
+
+def _check_hooks(edges: list[tuple[nn.Module, str, str, nn.Module]], verb: str) -> None:
+    """Raises ``ValueError`` naming the first module of ``edges`` (as `_children` gives them) that carries hooks:
+    ``verb`` replaces the module object, and the new one would not have them."""
+    for _, _, name, child in edges:
+        kinds = [words for attribute, words in _HOOKS.items() if getattr(child, attribute, None)]
+        if kinds:
+            raise ValueError(
+                f"{name} carries {', '.join(kinds)}, which {verb} would lose: it replaces the module object; "
+                f"remove them (handle.remove()) and register them on the new module after {verb}"
+            )
+
+
+def _check_not_bypassed(edges: list[tuple[nn.Module, str, str, nn.Module]], verb: str) -> None:
+    """Raises ``ValueError`` naming the first module of ``edges`` whose parent reads its weight directly
+    (`WEIGHT_READERS`): the layer ``verb`` would put there would be bypassed."""
+    for parent, key, name, _ in edges:
+        for kind, children in WEIGHT_READERS:
+            if key in children and isinstance(parent, kind) and type(parent).forward is kind.forward:
+                owner = _parent_name(name)
+                raise ValueError(
+                    f"{verb} cannot swap {name}: its parent {owner or '(the root)'} is an nn.{kind.__name__}, whose "
+                    f"forward reads {key}.weight directly instead of calling it, so a quantized layer there would be "
+                    f"bypassed; keep {owner or 'it'} in full precision (quantize_'s skip=[..., {owner!r}])"
+                )
 
 
 def _check_skip(skip: Sequence[str] | None) -> tuple[tuple[str, ...], bool]:
@@ -99,11 +168,16 @@ def quantize_(
 ) -> QuantizationRecord:
     """Replaces every ``nn.Linear`` (and ``nn.Embedding``) inside ``module`` by its quantized form, in place.
 
-    The new layers share the old ones' parameters (an optimizer built before
-    keeps working). Only modules whose type is exactly ``nn.Linear`` /
+    The new layers are new module objects that share the old ones' parameters
+    (an optimizer built before keeps working); attributes set on the old
+    modules do not carry over, and a module carrying hooks is refused (see the
+    module docstring). Only modules whose type is exactly ``nn.Linear`` /
     ``nn.Embedding`` are converted: a subclass may bypass ``forward`` (as
-    ``nn.MultiheadAttention`` does with its ``out_proj``). LayerNorm and biases
-    always stay in full precision.
+    ``nn.MultiheadAttention`` does with its ``out_proj``); the record lists the
+    other weight matrices left in full precision. A Linear whose parent reads
+    its weight directly (``nn.TransformerEncoderLayer``'s ``linear1`` /
+    ``linear2``, see `WEIGHT_READERS`) is refused: skip its parent. LayerNorm
+    and biases always stay in full precision.
 
     Args:
         module: The model; changed in place. It must not itself be a Linear /
@@ -124,16 +198,19 @@ def quantize_(
         A `QuantizationRecord` (print it).
 
     Raises:
-        TypeError, ValueError: Bad arguments, a skip pattern matching nothing,
-            modules already quantized, nothing to quantize; the model is then
+        TypeError, ValueError: Bad arguments (bits that are not the integers
+            listed), a skip pattern matching nothing, modules already quantized
+            or converted to integer kernels, nothing to quantize, a module
+            carrying hooks, a Linear whose parent reads its weight directly, an
+            embedding with ``max_norm`` or sparse gradients; the model is then
             unchanged.
     """
+    from .integer import IntegerLinear  # integer.py builds on this module
+
     if not isinstance(module, nn.Module):
         raise TypeError(f"quantize_ takes an nn.Module, got {type(module).__name__}")
-    if isinstance(weight_bits, bool) or weight_bits not in WEIGHT_BITS:
-        raise ValueError(f"weight_bits must be 2 (ternary) or 1 (binary), got {weight_bits!r}")
-    if isinstance(activation_bits, bool) or activation_bits not in ACTIVATION_BITS:
-        raise ValueError(f"activation_bits must be one of {ACTIVATION_BITS}, got {activation_bits!r}")
+    _check_weight_bits(weight_bits)
+    _check_activation_bits(activation_bits)
     for granularity in (linear_granularity, embedding_granularity):
         if granularity not in GRANULARITIES:
             raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
@@ -143,6 +220,13 @@ def quantize_(
         unmatched = [p for p in patterns if not any(matches(name, p) for name in names)]
         if unmatched:
             raise ValueError(f"skip patterns {unmatched} match no module of this {type(module).__name__}")
+    integer = [name or "(root)" for name, m in module.named_modules() if isinstance(m, IntegerLinear)]
+    if integer:
+        raise ValueError(
+            f"this {type(module).__name__} was already converted to integer kernels by to_integer_ "
+            f"({', '.join(integer[:3])}{', ...' if len(integer) > 3 else ''}): its other Linears hold quantized "
+            "weights already; quantize_ the float model (or load_quantized the saved one)"
+        )
     done = [name for name, m in module.named_modules() if isinstance(m, QUANTIZED_TYPES)]
     if isinstance(module, QUANTIZED_TYPES) or done:
         raise ValueError(
@@ -164,8 +248,10 @@ def quantize_(
             f"nothing to quantize in this {type(module).__name__}: no nn.Linear"
             f"{' or nn.Embedding' if embeddings else ''} outside the skip patterns {list(patterns)}"
         )
+    _check_not_bypassed(targets, "quantize_")
+    _check_hooks(targets, "quantize_")
     replacements: dict[int, nn.Module] = {}
-    for _, _, _, child in targets:  # build everything first: a failure here leaves the model as it was
+    for _, _, name, child in targets:  # build everything first: a failure here leaves the model as it was
         if id(child) in replacements:
             continue
         if type(child) is nn.Linear:
@@ -173,15 +259,25 @@ def quantize_(
                 child, weight_bits=weight_bits, activation_bits=activation_bits, granularity=linear_granularity
             )
         else:
-            new = QuantEmbedding.from_embedding(child, weight_bits=weight_bits, granularity=embedding_granularity)
+            try:
+                new = QuantEmbedding.from_embedding(child, weight_bits=weight_bits, granularity=embedding_granularity)
+            except ValueError as error:
+                raise ValueError(f"{name}: {error}") from error
         replacements[id(child)] = new
+    not_converted = {
+        name or "(root)": type(m).__name__
+        for name, m in module.named_modules()
+        if type(m) not in (nn.Linear, nn.Embedding)
+        and any(p is not None and p.dim() >= 2 for p in m._parameters.values())
+        and not any(matches(name, pattern) for pattern in patterns)
+    }
     # --- nothing above this line changes the model ---
     quantized = {}
     for parent, key, name, child in targets:
         parent._modules[key] = replacements[id(child)]
         quantized[name] = _describe(replacements[id(child)])
     skipped = tuple(dict.fromkeys(name for _, _, name, child in edges if id(child) in skipped_ids))
-    return QuantizationRecord(quantized, skipped, weight_bits, activation_bits)
+    return QuantizationRecord(quantized, skipped, weight_bits, activation_bits, not_converted)
 
 
 def dequantize_(module: nn.Module) -> list[str]:
@@ -190,13 +286,17 @@ def dequantize_(module: nn.Module) -> list[str]:
     quantizers are dropped. Modules quantized in place (`QuantizedInPlace`, such as the attention
     of `theseus_quant.bert.quantize_attention_`, root included) get their original class back
     and lose their quantizers. Split layers cannot be merged back and raise (before any change).
-    Returns the qualified names dequantized."""
+    Returns the qualified names dequantized.
+
+    The plain layers are new module objects (the in-place quantized modules excepted): attributes set on the
+    quantized ones do not carry over, and a quantized layer carrying hooks is refused (before any change)."""
     edges = [edge for edge in _children(module) if isinstance(edge[3], QUANTIZED_TYPES)]
     split = [name for _, _, name, child in edges if not isinstance(child, (QuantLinear, QuantEmbedding))]
     if split:
         raise ValueError(f"split layers cannot be dequantized: {split}")
     if isinstance(module, QUANTIZED_TYPES):
         raise ValueError("dequantize_ works on the modules inside a model; the root is a quantized layer")
+    _check_hooks(edges, "dequantize_")
     in_place = [(name, m) for name, m in module.named_modules() if isinstance(m, QuantizedInPlace)]
     for _, quantized in in_place:
         quantized.dequantize_self_()
@@ -223,6 +323,9 @@ class quantized_copy:  # noqa: N801 - used like a function: successor=quantized_
     `quantize_`; with ``attention``, what the attention multiplies is quantized too
     (`quantize_known_attention_`). `theseus_core.replace_` then trains the quantized
     layers against their frozen full-precision neighbours, with the curriculum.
+    `quantize_`'s refusals hold for the copy: a group with a Linear that carries
+    hooks (deep-copied with it), or whose parent reads its weight directly (an
+    ``nn.TransformerEncoderLayer``), is refused when the successor is built.
 
     Args:
         weight_bits, activation_bits, skip, embeddings: As `quantize_`.
@@ -245,11 +348,9 @@ class quantized_copy:  # noqa: N801 - used like a function: successor=quantized_
         embeddings: bool = True,
         attention: bool = True,
     ) -> None:
-        if isinstance(weight_bits, bool) or weight_bits not in WEIGHT_BITS:
-            raise ValueError(f"weight_bits must be 2 (ternary) or 1 (binary), got {weight_bits!r}")
-        if isinstance(activation_bits, bool) or activation_bits not in ACTIVATION_BITS:
-            raise ValueError(f"activation_bits must be one of {ACTIVATION_BITS}, got {activation_bits!r}")
-        if layers is not None and (not layers or not all(isinstance(i, int) for i in layers)):
+        _check_weight_bits(weight_bits)
+        _check_activation_bits(activation_bits)
+        if layers is not None and (not layers or not all(is_int(i) for i in layers)):
             raise ValueError(f"layers must be a non-empty list of positions in the group, got {layers!r}")
         self.weight_bits = weight_bits
         self.activation_bits = activation_bits
@@ -266,6 +367,8 @@ class quantized_copy:  # noqa: N801 - used like a function: successor=quantized_
             raise IndexError(f"{self!r} on a group of {len(group)} modules")
         copies = [copy.deepcopy(group[i]) for i in positions]
         successor = copies[0] if len(copies) == 1 else PredecessorChain(copies)
+        if type(successor) in (nn.Linear, nn.Embedding):  # quantize_'s check, for a group of one layer
+            _check_hooks([(successor, "", f"the copy of group[{positions[0]}]", successor)], "quantized_copy")
         if type(successor) is nn.Linear:
             return QuantLinear.from_linear(
                 successor, weight_bits=self.weight_bits, activation_bits=self.activation_bits

@@ -10,10 +10,15 @@ safetensors when the ``safetensors`` package is installed, else a ``torch.save``
 file. The quantized layers' latent weights become the quantized weights ŵ themselves; the
 quantizers are idempotent (see `theseus_quant.quantizers`), so the loaded model computes the same
 outputs bit for bit. Training can go on from there, from ŵ rather than the lost latent weights.
+A weight tied between layers (a masked LM's word embeddings and output projection) is one
+Parameter, so the file can give it one ŵ: `save_packed` writes it when every layer holding it
+quantizes it alike (the same bits and granularity: the same ŵ) and refuses otherwise, before
+writing anything.
 
 `save_quantized` / `load_quantized` own a quantized model's folder: the packed weights plus ``quantization.json``, a
-versioned `QuantizedLayout` saying which layer is ternary, binary or a TWS pair, at which activation bits, and which
-attention modules were quantized; `load_quantized` rebuilds that structure on a float model a caller builds.
+versioned `QuantizedLayout` saying which layer is ternary, binary or a TWS pair, with which weight granularity, at
+which activation bits, and which attention modules were quantized; `load_quantized` rebuilds that structure on a float
+model a caller builds.
 """
 
 from __future__ import annotations
@@ -21,13 +26,13 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
 from .layers import BinarySplitEmbedding, BinarySplitLinear, QuantEmbedding, QuantizedInPlace, QuantLinear
-from .quantizers import dequantize
+from .quantizers import GRANULARITIES, LSQQuantizer, UniformQuantizer, _check_activation_bits, dequantize
 
 FORMAT = "theseus_quant.packed/1"
 _METADATA_KEY = "theseus_quant"
@@ -100,15 +105,41 @@ def _quantized_prefixes(model: nn.Module) -> dict[str, QuantLinear | QuantEmbedd
     }
 
 
-def save_packed(model: nn.Module, path: str | os.PathLike) -> ExportReport:
-    """Writes ``model`` with packed ternary / binary weights; returns an `ExportReport`.
+def _check_ties(model: nn.Module, layers: dict[str, QuantLinear | QuantEmbedding]) -> None:
+    """Raises ``ValueError`` when a quantized layer's weight is tied to a module that quantizes it otherwise (other
+    bits or granularity) or not at all: one ŵ in the file could not give both their outputs back."""
+    holders: dict[int, list[str]] = {}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        holders.setdefault(id(parameter), []).append(name)
+    for prefix, layer in layers.items():
+        ours = (layer.weight_bits, layer.granularity)
+        for key in holders[id(layer.weight)]:
+            owner, _, attribute = key.rpartition(".")
+            other = layers.get(owner) if attribute == "weight" else None
+            if other is None:
+                raise ValueError(
+                    f"{prefix}.weight is tied to {key}, which is not a quantized layer's weight: the packed file "
+                    f"holds only ŵ, which {owner or 'the root'} would then read; quantize it too, or untie them"
+                )
+            if (other.weight_bits, other.granularity) != ours:
+                raise ValueError(
+                    f"{prefix} and {owner} share one weight but quantize it differently ({_kind(layer)} and "
+                    f"{_kind(other)}): the packed file holds one ŵ for both, so no model loaded from it computes "
+                    "what this one does; quantize tied layers alike (quantize_'s linear_granularity / "
+                    "embedding_granularity), or untie them"
+                )
 
-    Raises:
-        ValueError: The model has no quantized layer (nothing to pack), or holds non-tensor state.
-    """
+
+def _kind(layer: QuantLinear | QuantEmbedding) -> str:
+    return f"{'ternary' if layer.weight_bits == 2 else 'binary'}/{layer.granularity}"
+
+
+def _packed_state(model: nn.Module) -> tuple[dict[str, torch.Tensor], str, int, int]:
+    """``(tensors, metadata, state_dict bytes, packed layers)`` of `save_packed`, every check done, nothing written."""
     layers = _quantized_prefixes(model)
     if not layers:
         raise ValueError(f"this {type(model).__name__} has no quantized layer; quantize_ it first")
+    _check_ties(model, layers)
     state = model.state_dict()
     tensors: dict[str, torch.Tensor] = {}
     entries = {}
@@ -130,13 +161,28 @@ def save_packed(model: nn.Module, path: str | os.PathLike) -> ExportReport:
             raise ValueError(f"state_dict entry {key!r} is not a tensor; save_packed stores tensors only")
         tensors[key] = value.detach().cpu().contiguous().clone()  # clone: no shared storage in the file
     metadata = json.dumps({"format": FORMAT, "layers": entries})
-    path = os.fspath(path)
+    state_bytes = sum(t.numel() * t.element_size() for t in state.values() if isinstance(t, torch.Tensor))
+    return tensors, metadata, state_bytes, len(layers)
+
+
+def _write_packed(packed: tuple[dict[str, torch.Tensor], str, int, int], path: str) -> ExportReport:
+    tensors, metadata, state_bytes, count = packed
     if save_file is not None:
         save_file(tensors, path, metadata={_METADATA_KEY: metadata})
     else:  # pragma: no cover - exercised by monkeypatching save_file away
         torch.save({_METADATA_KEY: metadata, "tensors": tensors}, path)
-    state_bytes = sum(t.numel() * t.element_size() for t in state.values() if isinstance(t, torch.Tensor))
-    return ExportReport(path, os.path.getsize(path), state_bytes, len(layers))
+    return ExportReport(path, os.path.getsize(path), state_bytes, count)
+
+
+def save_packed(model: nn.Module, path: str | os.PathLike) -> ExportReport:
+    """Writes ``model`` with packed ternary / binary weights; returns an `ExportReport`.
+
+    Raises:
+        ValueError: The model has no quantized layer (nothing to pack), holds non-tensor state, or ties a quantized
+            layer's weight to a module that quantizes it otherwise or not at all (module docstring); nothing is
+            written then.
+    """
+    return _write_packed(_packed_state(model), os.fspath(path))
 
 
 def _read(path: str) -> tuple[dict, dict[str, torch.Tensor]]:
@@ -201,7 +247,10 @@ def load_packed(model: nn.Module | Callable[[], nn.Module], path: str | os.PathL
 
 LAYOUT_FILE, PACKED_FILE = "quantization.json", "model.packed.safetensors"
 """The two files `save_quantized` writes: which layer is what, and the packed weights."""
-LAYOUT_FORMAT, LAYOUT_VERSION = "theseus_quant.layout", 1
+LAYOUT_FORMAT, LAYOUT_VERSION = "theseus_quant.layout", 2
+LAYOUT_VERSIONS = (1, 2)
+"""Versions `QuantizedLayout` reads: 1 has no ``granularity`` (every layer at `quantize_`'s defaults, the only ones
+it could rebuild), 2 records it."""
 LAYER_KINDS = ("ternary", "binary", "split")
 
 
@@ -212,24 +261,31 @@ class QuantizedLayout:
 
     Attributes:
         layers: ``{qualified name: "ternary" | "binary" | "split"}`` (split: TWS's binary pair).
-        activation_bits: Of every quantized Linear's inputs: 8, 4 or ``None``.
+        activation_bits: Of every quantized Linear's inputs (and the quantized attention's): 8, 4 or ``None``.
         attention: Qualified names of the attention modules quantized in place (`QuantizedInPlace`).
-        version: `LAYOUT_VERSION` when written by this code.
+        granularity: ``{qualified name: "tensor" | "row"}``, the weight scales of each layer; a layer not listed
+            has `quantize_`'s default (per tensor for a Linear, per row for an embedding).
+        version: `LAYOUT_VERSION` when written by this code; `LAYOUT_VERSIONS` are read.
     """
 
     layers: dict[str, str]
     activation_bits: int | None
     attention: tuple[str, ...] = ()
+    granularity: dict[str, str] = field(default_factory=dict)
     version: int = LAYOUT_VERSION
 
     def __post_init__(self) -> None:
         bad = {name: kind for name, kind in self.layers.items() if kind not in LAYER_KINDS}
         if bad:
             raise ValueError(f"layer kinds must be in {LAYER_KINDS}, got {bad}")
-        if self.activation_bits not in (8, 4, None):
-            raise ValueError(f"activation_bits must be 8, 4 or None, got {self.activation_bits!r}")
-        if self.version != LAYOUT_VERSION:
-            raise ValueError(f"quantized layout version {self.version} is not {LAYOUT_VERSION}; upgrade theseus")
+        _check_activation_bits(self.activation_bits)
+        bad = {name: g for name, g in self.granularity.items() if name not in self.layers or g not in GRANULARITIES}
+        if bad:
+            raise ValueError(f"granularity must map layers of the layout to one of {GRANULARITIES}, got {bad}")
+        if self.version not in LAYOUT_VERSIONS:
+            raise ValueError(
+                f"quantized layout version {self.version} is not one of {LAYOUT_VERSIONS}; upgrade theseus"
+            )
 
     def to_dict(self) -> dict:
         return {
@@ -238,19 +294,21 @@ class QuantizedLayout:
             "layers": dict(self.layers),
             "activation_bits": self.activation_bits,
             "attention": list(self.attention),
+            "granularity": dict(self.granularity),
         }
 
     @classmethod
     def from_dict(cls, data: dict) -> QuantizedLayout:
         """Reads `to_dict`'s output; a dict without ``format`` / ``version`` is the unversioned layout the zoo
-        wrote before version 1 (the same three fields)."""
+        wrote before version 1 (the same three fields, read as version 1)."""
         if data.get("format", LAYOUT_FORMAT) != LAYOUT_FORMAT:
             raise ValueError(f"not a quantized layout: format {data.get('format')!r}")
         return cls(
             layers=dict(data["layers"]),
             activation_bits=data["activation_bits"],
             attention=tuple(data.get("attention", ())),
-            version=data.get("version", LAYOUT_VERSION),
+            granularity=dict(data.get("granularity", {})),
+            version=data.get("version", 1),
         )
 
 
@@ -266,26 +324,95 @@ def quantized_layers(model: nn.Module, ternary_only: bool = False) -> dict[str, 
     return {name: kind for name, kind in layers.items() if kind == "ternary" or not ternary_only}
 
 
-def quantized_layout(model: nn.Module, activation_bits: int | None) -> QuantizedLayout:
-    """The `QuantizedLayout` of ``model`` (its quantized layers and in-place quantized attention)."""
+def _activation_width(quantizer: nn.Module | None, name: str) -> int | None:
+    """The activation bits `rebuild_` would give ``quantizer`` back (`theseus_quant.activation_quantizer`'s)."""
+    if quantizer is None:
+        return None
+    if type(quantizer) is UniformQuantizer and quantizer.bits == 8:
+        return 8
+    if type(quantizer) is LSQQuantizer and quantizer.bits == 4:
+        return 4
+    raise ValueError(
+        f"{name} is a {quantizer!r}, which a QuantizedLayout cannot rebuild (it makes UniformQuantizer(8) for 8 bits, "
+        "LSQQuantizer(4) for 4)"
+    )
+
+
+def _model_activation_bits(model: nn.Module) -> int | None:
+    """The activation bits of ``model``'s quantized Linears and in-place quantized attention: 8, 4, or ``None`` when
+    none quantizes its inputs.
+
+    Raises:
+        ValueError: Quantizers of several widths, or of a kind `rebuild_` does not make (named).
+    """
+    widths: dict[int | None, str] = {}
+    for name, module in model.named_modules():
+        if isinstance(module, QuantLinear):
+            widths.setdefault(_activation_width(module.act_quant, f"{name}.act_quant"), name)
+        elif isinstance(module, QuantizedInPlace):
+            for key in module.quantizer_names:
+                widths.setdefault(_activation_width(getattr(module, key), f"{name}.{key}"), f"{name}.{key}")
+    if len(widths) > 1:
+        found = ", ".join(f"{bits} ({name})" for bits, name in widths.items())
+        raise ValueError(f"this model quantizes activations at several widths: {found}; a QuantizedLayout records one")
+    return next(iter(widths), None)
+
+
+def quantized_layout(model: nn.Module, activation_bits: int | str | None = "auto") -> QuantizedLayout:
+    """The `QuantizedLayout` of ``model``: its quantized layers, their granularity, its activation bits
+    (read from its quantizers) and its in-place quantized attention.
+
+    Args:
+        activation_bits: ``"auto"`` reads them from the model; a value (8, 4, ``None``) must equal the model's.
+            (default: ``"auto"``)
+
+    Raises:
+        ValueError: Quantizers of several widths, or of a kind `rebuild_` does not make (named), or
+            ``activation_bits`` other than the model's.
+    """
+    found = _model_activation_bits(model)
+    if activation_bits != "auto":
+        _check_activation_bits(activation_bits)
+        if activation_bits != found:
+            raise ValueError(
+                f"activation_bits={activation_bits!r}, but this model "
+                f"{'does not quantize activations' if found is None else f'quantizes activations at {found} bits'}; "
+                "leave activation_bits out to read them from the model"
+            )
+    layers = quantized_layers(model)
+    modules = dict(model.named_modules())
+    granularity = {}
+    for name, kind in layers.items():
+        layer = modules[name].first if kind == "split" else modules[name]
+        granularity[name] = layer.granularity
     attention = tuple(name for name, module in model.named_modules() if isinstance(module, QuantizedInPlace))
-    return QuantizedLayout(quantized_layers(model), activation_bits, attention)
+    return QuantizedLayout(layers, found, attention, granularity)
 
 
-def save_quantized(model: nn.Module, directory: str | os.PathLike, activation_bits: int | None) -> ExportReport:
-    """Writes ``quantization.json`` (the model's `QuantizedLayout`) and ``model.packed.safetensors`` (`save_packed`)
+def save_quantized(
+    model: nn.Module, directory: str | os.PathLike, activation_bits: int | str | None = "auto"
+) -> ExportReport:
+    """Writes ``model.packed.safetensors`` (`save_packed`) and ``quantization.json`` (the model's `QuantizedLayout`)
     into ``directory``; returns `save_packed`'s report. The float architecture (e.g. a transformers config) is the
     caller's to save: `load_quantized` asks for a function that builds it.
 
+    Args:
+        activation_bits: As `quantized_layout`: ``"auto"`` reads them from the model. (default: ``"auto"``)
+
     Raises:
-        ValueError: The model has no quantized layer.
+        ValueError: As `save_packed` and `quantized_layout` (no quantized layer, tied weights quantized two ways,
+            activation bits the layout cannot record or other than the model's); everything is checked before the
+            first file is written, so nothing is written then.
     """
+    packed = _packed_state(model)
+    layout = quantized_layout(model, activation_bits)
+    # --- nothing above this line writes ---
     directory = os.fspath(directory)
     os.makedirs(directory, exist_ok=True)
-    layout = quantized_layout(model, activation_bits)
+    report = _write_packed(packed, os.path.join(directory, PACKED_FILE))
     with open(os.path.join(directory, LAYOUT_FILE), "w") as file:
         file.write(json.dumps(layout.to_dict(), indent=2) + "\n")
-    return save_packed(model, os.path.join(directory, PACKED_FILE))
+    return report
 
 
 def read_layout(directory: str | os.PathLike) -> QuantizedLayout | None:
@@ -299,8 +426,12 @@ def read_layout(directory: str | os.PathLike) -> QuantizedLayout | None:
 
 def rebuild_(model: nn.Module, layout: QuantizedLayout) -> nn.Module:
     """Quantizes a float ``model`` in place into ``layout``'s structure (weights: whatever the model holds): every
-    listed layer ternary, then the attention, then TWS pairs split and binary layers binarized, as training made
-    them. Returns the model in eval mode."""
+    listed layer ternary at its granularity, then the attention, then TWS pairs split and binary layers binarized, as
+    training made them. Returns the model in eval mode.
+
+    Raises:
+        ValueError: As `theseus_quant.quantize_`, or a layout naming a layer the model does not have.
+    """
     from .convert import quantize_, quantize_known_attention_
     from .tws import binarize_, split_ternary_
 
@@ -310,6 +441,13 @@ def rebuild_(model: nn.Module, layout: QuantizedLayout) -> nn.Module:
         if type(module) in (nn.Linear, nn.Embedding) and name not in layout.layers
     ]
     quantize_(model, 2, layout.activation_bits, skip=kept)
+    modules = dict(model.named_modules())
+    for name, granularity in layout.granularity.items():
+        if not isinstance(modules.get(name), (QuantLinear, QuantEmbedding)):
+            raise ValueError(
+                f"the layout quantizes {name}, but this {type(model).__name__} has no Linear or Embedding there"
+            )
+        modules[name].granularity = granularity
     if layout.attention:
         quantize_known_attention_(model, layout.activation_bits)
     split = [name for name, kind in layout.layers.items() if kind == "split"]

@@ -26,7 +26,13 @@ writes that graph from the same `integer_linear` op.
 `to_integer_` converts a model in place: quantized Linears → `IntegerLinear`, quantized embeddings → ``nn.Embedding``
 holding the quantized table ŵ (a lookup has nothing to multiply), quantized Linears without an activation quantizer →
 ``nn.Linear`` holding ŵ. Quantized attention (`theseus_quant.bert`) is left as it is: its two matmuls take quantized
-inputs already and run in fp32. The result is inference-only (no parameters of the quantized layers remain).
+inputs already and run in fp32. The result is inference-only: an `IntegerLinear` holds buffers only, and the frozen
+``nn.Linear`` / ``nn.Embedding`` layers hold ŵ as parameters with ``requires_grad=False``.
+
+An `IntegerLinear` rounds its activation step to the input's dtype, as the simulated quantizer does
+(``step().to(x.dtype)``), so that a bf16 or fp16 model puts its inputs on the same levels. Such inputs take the
+``"reference"`` path (the ``"onednn"`` kernel runs fp32 inputs only), whose sums are then in that dtype: exact only
+below 2⁸ (bf16) or 2¹¹ (fp16), so the outputs match the simulated model's to that dtype's rounding, not fp32's.
 
 Tolerance: the integer path is exact; the simulated model rounds its fp32 sums. The difference of one layer's output
 is bounded by ``in_features · qmax · s · α · 2⁻²³`` per element (a few 1e-6 relative); through a whole network it
@@ -35,12 +41,14 @@ stays within float noise (``tests/theseus_quant/test_integer.py`` states and che
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .convert import _check_hooks, _check_not_bypassed, _children
 from .layers import BinarySplitEmbedding, BinarySplitLinear, QuantEmbedding, QuantLinear
 from .quantizers import LSQQuantizer, UniformQuantizer, dequantize
 
@@ -90,6 +98,14 @@ def activation_step(quantizer: nn.Module) -> tuple[float, int]:
     return float(step.item()), quantizer.qmax
 
 
+@functools.lru_cache(maxsize=64)
+def _step_in(step: float, dtype: torch.dtype) -> float:
+    """``step`` (an fp32 value) rounded to ``dtype``, as the simulated quantizer's ``step().to(x.dtype)``."""
+    if dtype in (torch.float32, torch.float64):
+        return step  # exact in both
+    return torch.tensor(step, dtype=torch.float32).to(dtype).item()
+
+
 def _row_scales(layer: QuantLinear) -> tuple[torch.Tensor, torch.Tensor]:
     """``(codes [N, K] int8, α per output row [N] fp32)`` of a quantized Linear."""
     codes, scales = layer.codes()
@@ -102,7 +118,9 @@ class IntegerLinear(nn.Module):
 
     Build it with `from_quantized`. Buffers: ``codes`` ``[parts·N, K]`` int8, ``weight_scale`` ``[parts·N]``,
     ``bias`` ``[parts·N]`` (each part's own bias) or ``None``; ``steps`` (a tuple of floats, one per part) and
-    ``qmax`` are attributes. Parts that share a step are quantized once and multiplied in one GEMM.
+    ``qmax`` are attributes, saved in the state_dict as its extra state (``load_state_dict`` restores all of it).
+    Parts that share a step are quantized once and multiplied in one GEMM. The ``"onednn"`` kernel's prepacked
+    weights are a cache: a load, a move or a dtype change clears it, and copies and pickles leave it out.
 
     Args:
         kernel: ``"onednn"`` (int8 GEMM, CPU) or ``"reference"`` (see the module docstring). (default:
@@ -207,6 +225,7 @@ class IntegerLinear(nn.Module):
                 out = self._onednn(x.contiguous(), step, start, stop)
             else:
                 bias = None if self.bias is None else self.bias[start:stop]
+                step = _step_in(step, x.dtype)
                 out = integer_linear(x, self.codes[start:stop], self.weight_scale[start:stop], bias, step, self.qmax)
             outputs.append(out)
         out = torch.cat(outputs, dim=-1) if len(outputs) > 1 else outputs[0]
@@ -218,6 +237,27 @@ class IntegerLinear(nn.Module):
     def _apply(self, fn, recurse=True):
         self._packed = {}  # a move or dtype change invalidates the prepacked weights
         return super()._apply(fn, recurse)
+
+    def get_extra_state(self) -> torch.Tensor:
+        """``[qmax, step₁, ...]`` (float64: the steps exactly), so that a state_dict carries the activation steps."""
+        return torch.tensor([self.qmax, *self.steps], dtype=torch.float64)
+
+    def set_extra_state(self, state: torch.Tensor) -> None:
+        values = [float(v) for v in state.reshape(-1).tolist()]
+        if len(values) != 1 + len(self.steps):
+            raise ValueError(
+                f"the state holds {len(values) - 1} activation steps, this IntegerLinear has {len(self.steps)} parts"
+            )
+        self.qmax, self.steps = int(values[0]), tuple(values[1:])
+
+    def _load_from_state_dict(self, *args, **kwargs) -> None:
+        self._packed = {}  # new codes: the prepacked ones are stale
+        super()._load_from_state_dict(*args, **kwargs)
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_packed"] = {}  # onednn's opaque tensors have no storage to copy or pickle; rebuilt on the next call
+        return state
 
     def extra_repr(self) -> str:
         parts = "binary pair" if len(self.steps) == 2 else "one layer"
@@ -290,54 +330,54 @@ def to_integer_(model: nn.Module, kernel: str | None = None) -> IntegerRecord:
     """Replaces every quantized layer of ``model`` by its inference form, in place; returns an `IntegerRecord`.
 
     The outputs equal the simulated model's within fp32 rounding (module docstring); the model is put in eval mode
-    and its converted layers carry no gradient. Everything is built before the first swap.
+    and its converted layers carry no gradient. Everything is checked and built before the first swap. The new layers
+    are new module objects: a layer reachable under several names is converted once and stays shared, attributes set
+    on the quantized layers do not carry over, and a quantized layer carrying hooks is refused.
 
     Args:
         model: A model with `QuantLinear` / `QuantEmbedding` layers or their TWS pairs (e.g. `load_quantized`'s).
         kernel: `IntegerLinear`'s kernel. (default: ``"onednn"`` where available)
 
     Raises:
-        ValueError: No quantized layer (nothing to convert), the root itself is one, or a layer cannot be converted
-            (named); the model is then unchanged.
+        ValueError: No quantized layer (nothing to convert), the root itself is one, a layer cannot be converted,
+            carries hooks or sits where its parent reads its weight directly (`theseus_quant.convert.WEIGHT_READERS`),
+            named; the model is then unchanged.
     """
+    if isinstance(model, _LINEARS + _EMBEDDINGS):
+        raise ValueError("the root module is a quantized layer; wrap it in a container first")
     targets = [
-        (name, module)
-        for name, module in model.named_modules()
-        if isinstance(module, _LINEARS + _EMBEDDINGS)
-        and not isinstance(_parent(model, name), (BinarySplitLinear, BinarySplitEmbedding))
+        edge
+        for edge in _children(model)
+        if isinstance(edge[3], _LINEARS + _EMBEDDINGS)
+        and not isinstance(edge[0], (BinarySplitLinear, BinarySplitEmbedding))  # a pair is converted whole
     ]
     if not targets:
         raise ValueError(f"this {type(model).__name__} has no quantized layer: nothing to make integer")
-    if any(name == "" for name, _ in targets):
-        raise ValueError("the root module is a quantized layer; wrap it in a container first")
-    replacements: dict[str, nn.Module] = {}
+    _check_not_bypassed(targets, "to_integer_")
+    _check_hooks([edge for edge in _children(model) if isinstance(edge[3], _LINEARS + _EMBEDDINGS)], "to_integer_")
+    replacements: dict[int, nn.Module] = {}
     kinds: dict[str, list[str]] = {"integer": [], "linear": [], "embedding": []}
-    for name, module in targets:
+    for _, _, name, module in targets:
+        if id(module) in replacements:  # reachable under several names: one replacement, shared as the layer was
+            continue
         try:
             if isinstance(module, _EMBEDDINGS):
-                replacements[name] = _frozen_embedding(module)
+                replacements[id(module)] = _frozen_embedding(module)
                 kinds["embedding"].append(name)
             elif _has_quantized_inputs(module):
-                replacements[name] = IntegerLinear.from_quantized(module, kernel)
+                replacements[id(module)] = IntegerLinear.from_quantized(module, kernel)
                 kinds["integer"].append(name)
             else:
-                replacements[name] = _frozen_linear(module)
+                replacements[id(module)] = _frozen_linear(module)
                 kinds["linear"].append(name)
         except (TypeError, ValueError) as error:
             raise ValueError(f"{name}: {error}") from error
     # --- nothing above this line changes the model ---
-    for name, replacement in replacements.items():
-        parent_name, _, child = name.rpartition(".")
-        model.get_submodule(parent_name).add_module(child, replacement)
+    for parent, key, _, module in targets:
+        parent._modules[key] = replacements[id(module)]
     model.eval()
     used = next((m.kernel for m in replacements.values() if isinstance(m, IntegerLinear)), kernel or "none")
     return IntegerRecord(tuple(kinds["integer"]), tuple(kinds["linear"]), tuple(kinds["embedding"]), used)
-
-
-def _parent(model: nn.Module, name: str) -> nn.Module | None:
-    if not name:
-        return None
-    return model.get_submodule(name.rpartition(".")[0])
 
 
 def _has_quantized_inputs(layer: QuantLinear | BinarySplitLinear) -> bool:

@@ -12,13 +12,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from theseus_core.checks import is_int
+
 from .quantizers import GRANULARITIES, Granularity, activation_quantizer, quantize_weight, weight_codes
 
 WEIGHT_BITS = (2, 1)
 
 
-def _check_weight_bits(bits: int) -> None:
-    if isinstance(bits, bool) or bits not in WEIGHT_BITS:
+def _check_weight_bits(bits: object) -> None:
+    """Raises ``ValueError`` unless ``bits`` is the integer 2 or 1 (not ``2.0``, not a bool)."""
+    if not is_int(bits) or bits not in WEIGHT_BITS:
         raise ValueError(f"weight_bits must be 2 (ternary) or 1 (binary), got {bits!r}")
 
 

@@ -30,6 +30,8 @@ from typing import Literal
 import torch
 from torch import nn
 
+from theseus_core.checks import is_int
+
 Granularity = Literal["tensor", "row"]
 GRANULARITIES = ("tensor", "row")
 TERNARY_THRESHOLD = 0.7  # Δ = 0.7·mean|w| (TWN; BinaryBERT's TwnQuantizer)
@@ -159,7 +161,7 @@ class _FakeQuantize(torch.autograd.Function):
 
 
 def _check_bits(bits: int) -> int:
-    if isinstance(bits, bool) or not isinstance(bits, int) or not 2 <= bits <= 16:
+    if not is_int(bits) or not 2 <= bits <= 16:
         raise ValueError(f"activation bits must be an integer in [2, 16], got {bits!r}")
     return 2 ** (bits - 1) - 1
 
@@ -194,9 +196,11 @@ class UniformQuantizer(nn.Module):
 class LSQQuantizer(nn.Module):
     """Learned step size quantization (Esser et al., ICLR 2020; BinaryBERT's 4-bit choice).
 
-    The step is initialised on the first forward call (training or not) from
-    that batch as ``2·mean|x| / sqrt(qmax)``; its gradient is scaled by
-    ``1 / sqrt(numel(x)·qmax)``. The clip is ``step · qmax``.
+    The step is initialised on the first forward call (training or not) with a
+    non-empty batch, as ``2·mean|x| / sqrt(qmax)``; its gradient is scaled by
+    ``1 / sqrt(numel(x)·qmax)``. The clip is ``step · qmax``. An empty batch
+    has nothing to quantize: it passes through unchanged, and neither
+    initialises the step nor gives it a gradient.
 
     Args:
         bits: Bits per activation. (default: ``4``)
@@ -210,6 +214,8 @@ class LSQQuantizer(nn.Module):
         self.register_buffer("initialized", torch.zeros((), dtype=torch.bool))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.numel() == 0:  # mean|x| of nothing is NaN, and the gradient scale divides by numel(x)
+            return x.clone()
         if not self.initialized:
             with torch.no_grad():
                 self.step.fill_(max(2 * x.detach().abs().mean().item() / math.sqrt(self.qmax), 1e-8))
@@ -226,13 +232,17 @@ class LSQQuantizer(nn.Module):
 ACTIVATION_BITS = (8, 4, None)
 
 
+def _check_activation_bits(bits: object) -> None:
+    """Raises ``ValueError`` unless ``bits`` is one of `ACTIVATION_BITS`: the integer 8 or 4 (not ``8.0``, not a
+    bool), or ``None``."""
+    if bits is not None and (not is_int(bits) or bits not in ACTIVATION_BITS):
+        raise ValueError(f"activation_bits must be one of {ACTIVATION_BITS}, got {bits!r}")
+
+
 def activation_quantizer(bits: int | None) -> nn.Module | None:
     """BinaryBERT's activation quantizer for ``bits``: `UniformQuantizer` for 8, `LSQQuantizer`
     for 4, ``None`` (full precision) for ``None``."""
+    _check_activation_bits(bits)
     if bits is None:
         return None
-    if bits == 8 and not isinstance(bits, bool):
-        return UniformQuantizer(8)
-    if bits == 4 and not isinstance(bits, bool):
-        return LSQQuantizer(4)
-    raise ValueError(f"activation_bits must be one of {ACTIVATION_BITS}, got {bits!r}")
+    return UniformQuantizer(8) if bits == 8 else LSQQuantizer(4)

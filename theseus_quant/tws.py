@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-from .convert import _children
+from .convert import _check_hooks, _check_not_bypassed, _children
 from .layers import BinarySplitEmbedding, BinarySplitLinear, QuantEmbedding, QuantLinear
 from .quantizers import Granularity, _grouped, _ternary, binarize, ternarize
 
@@ -93,38 +93,91 @@ def _carrying_half(flat: torch.Tensor, rest: torch.Tensor, sum_inner: torch.Tens
 @dataclass(frozen=True)
 class SplitRecord:
     """What `split_ternary_` did: the qualified names of the layers split, and of the ternary
-    layers left as they were (not in ``names``)."""
+    layers left as they were (not in ``names``), each layer once (under its first name);
+    ``aliases`` maps the further names of a layer reachable under several to its first."""
 
     split: tuple[str, ...]
     kept_ternary: tuple[str, ...]
+    aliases: dict[str, str] = field(default_factory=dict)
 
     def __str__(self) -> str:
-        text = f"split_ternary_: {len(self.split)} ternary layers → binary pairs: {', '.join(self.split)}"
+        also = {first: [n for n, f in self.aliases.items() if f == first] for first in self.split}
+        listed = ", ".join(name + (f" (also {', '.join(also[name])})" if also[name] else "") for name in self.split)
+        text = f"split_ternary_: {len(self.split)} ternary layers → binary pairs: {listed}"
         return text + (f"\n  left ternary: {', '.join(self.kept_ternary)}" if self.kept_ternary else "")
 
 
-def _split_layer(layer: QuantLinear | QuantEmbedding, name: str) -> nn.Module:
-    w1, w2 = split_ternary_weight(layer.weight, layer.granularity)
-    halves = []
-    for part in (w1, w2):
-        half = copy.deepcopy(layer)  # carries the activation quantizer's state, device, dtype, mode
-        half.weight_bits = 1
-        with torch.no_grad():
-            half.weight.copy_(part)
-            if getattr(half, "bias", None) is not None:
-                half.bias.mul_(0.5)
-        halves.append(half)
-    # Trust by running: the promise of TWS, checked on the weights before anything is swapped.
+def _check_split(layer: QuantLinear | QuantEmbedding, w1: torch.Tensor, w2: torch.Tensor, name: str) -> None:
+    """Trust by running: the promise of TWS, BWN(w₁) + BWN(w₂) = TWN(w), checked per scale group before anything is
+    swapped. The halves are rounded to the weight's dtype, which moves each half's scale by up to half an ulp, and
+    the two scales are summed in that dtype: a few ulps of α (4·eps of the dtype, at least 1e-5: bf16 2⁻⁵, fp16 2⁻⁸
+    of α), plus as many of the dtype's subnormal steps where α is that small. A broken split misses by a large part
+    of α."""
+    granularity = layer.granularity
     with torch.no_grad():
-        summed = binarize(w1, layer.granularity) + binarize(w2, layer.granularity)
-        expected = ternarize(layer.weight, layer.granularity)
-    scale = expected.abs().max().clamp(min=1e-30)
-    if not torch.allclose(summed, expected, rtol=1e-5, atol=1e-5 * float(scale)):
+        summed = binarize(w1, granularity) + binarize(w2, granularity)
+        expected = ternarize(layer.weight, granularity)
+    info = torch.finfo(layer.weight.dtype)
+    tolerance = max(1e-5, 4 * info.eps)
+    error = _grouped((summed.double() - expected.double()).abs(), granularity)
+    alpha = _grouped(expected.double().abs(), granularity).amax(dim=1, keepdim=True)
+    if bool((error > tolerance * (alpha + info.tiny)).any()):
         raise RuntimeError(f"ternary weight splitting of {name} broke its quantized weight; please report this")
-    pair = BinarySplitLinear if isinstance(layer, QuantLinear) else BinarySplitEmbedding
-    split = pair(*halves)
-    split.train(layer.training)
-    return split
+
+
+def _check_ties(module: nn.Module, layers: dict[int, tuple[str, QuantLinear | QuantEmbedding]]) -> None:
+    """Raises ``ValueError`` when a parameter of a layer to split is tied to a module that is not split with it, or
+    two layers to split share a weight they quantize per different groups: the split would untie them."""
+    holders: dict[int, list[tuple[str, nn.Module]]] = {}
+    for name, m in module.named_modules():
+        for parameter in m._parameters.values():
+            if parameter is not None:
+                holders.setdefault(id(parameter), []).append((name, m))
+    for name, layer in layers.values():
+        for key, parameter in layer._parameters.items():
+            if parameter is None:
+                continue
+            for other_name, other in holders[id(parameter)]:
+                if other is layer:
+                    continue
+                if id(other) not in layers:
+                    raise ValueError(
+                        f"{name}.{key} is tied to {other_name} ({type(other).__name__}), which split_ternary_ "
+                        "would not split with it: the tie would be lost; split both (names=[...]) or neither"
+                    )
+                if key == "weight" and other.granularity != layer.granularity:
+                    raise ValueError(
+                        f"{name} and {other_name} share one weight but scale it per {layer.granularity} and per "
+                        f"{other.granularity}: their splits differ, so splitting would untie them; quantize tied "
+                        "layers alike (quantize_'s linear_granularity / embedding_granularity)"
+                    )
+
+
+def _split_layers(layers: dict[int, tuple[str, QuantLinear | QuantEmbedding]]) -> dict[int, nn.Module]:
+    """The binary pair of each layer. The first halves are deep-copied with one memo, the second halves with another,
+    so that a parameter tied between layers stays tied between their first halves and between their second halves
+    (tied layers quantize alike, `_check_ties`: their splits are equal)."""
+    memos: tuple[dict, dict] = ({}, {})
+    halved: set[int] = set()
+    splits = {}
+    for key, (name, layer) in layers.items():
+        w1, w2 = split_ternary_weight(layer.weight, layer.granularity)
+        _check_split(layer, w1, w2, name)
+        halves = []
+        for part, memo in zip((w1, w2), memos, strict=True):
+            half = copy.deepcopy(layer, memo)  # carries the activation quantizer's state, device, dtype, mode
+            half.weight_bits = 1
+            with torch.no_grad():
+                half.weight.copy_(part)
+                bias = getattr(half, "bias", None)
+                if bias is not None and id(bias) not in halved:  # a tied bias once
+                    bias.mul_(0.5)
+                    halved.add(id(bias))
+            halves.append(half)
+        pair = BinarySplitLinear if isinstance(layer, QuantLinear) else BinarySplitEmbedding
+        splits[key] = pair(*halves)
+        splits[key].train(layer.training)
+    return splits
 
 
 def split_ternary_(module: nn.Module, names: Sequence[str] | None = None) -> SplitRecord:
@@ -132,7 +185,10 @@ def split_ternary_(module: nn.Module, names: Sequence[str] | None = None) -> Spl
     ``module`` becomes a `BinarySplitLinear` / `BinarySplitEmbedding` with the same output.
 
     Each half is a binary copy of the layer (same granularity, half the bias, its own copy of the
-    activation quantizer with the same state); fine-tune the result (BinaryBERT §3.2).
+    activation quantizer with the same state); fine-tune the result (BinaryBERT §3.2). Layers that
+    share a weight (tied word embeddings and output projection) are split together and their
+    halves share it too. The pairs are new module objects: attributes set on the ternary layers
+    do not carry over.
 
     Args:
         module: The model, changed in place.
@@ -144,8 +200,12 @@ def split_ternary_(module: nn.Module, names: Sequence[str] | None = None) -> Spl
         A `SplitRecord`.
 
     Raises:
+        TypeError: ``names`` is a string, not a list of names.
         ValueError: No ternary layer, or ``names`` naming something that is not a ternary layer
-            of ``module``; the model is then unchanged.
+            of ``module``, a layer carrying hooks (the pair would not have them), a layer whose
+            parent reads its weight directly (`theseus_quant.convert.WEIGHT_READERS`), a layer
+            tied to a module not split with it or quantized per other groups; the model is then
+            unchanged.
     """
     edges = [edge for edge in _children(module) if isinstance(edge[3], (QuantLinear, QuantEmbedding))]
     ternary = [edge for edge in edges if edge[3].weight_bits == 2]
@@ -165,29 +225,41 @@ def split_ternary_(module: nn.Module, names: Sequence[str] | None = None) -> Spl
         chosen_ids = {id(child) for _, _, name, child in ternary if name in set(names)}
     else:
         chosen_ids = {id(child) for _, _, _, child in ternary}
-    splits: dict[int, nn.Module] = {}
-    for _, _, name, child in ternary:
-        if id(child) in chosen_ids and id(child) not in splits:
-            splits[id(child)] = _split_layer(child, name)
+    chosen = [edge for edge in ternary if id(edge[3]) in chosen_ids]
+    _check_not_bypassed(chosen, "split_ternary_")
+    _check_hooks(chosen, "split_ternary_")
+    layers: dict[int, tuple[str, QuantLinear | QuantEmbedding]] = {}
+    for _, _, name, child in chosen:
+        layers.setdefault(id(child), (name, child))
+    _check_ties(module, layers)
+    splits = _split_layers(layers)
     # --- nothing above this line changes the model ---
-    for parent, key, _, child in ternary:
-        if id(child) in splits:
-            parent._modules[key] = splits[id(child)]
-    done = tuple(dict.fromkeys(name for _, _, name, child in ternary if id(child) in splits))
-    kept = tuple(dict.fromkeys(name for _, _, name, child in ternary if id(child) not in splits))
-    return SplitRecord(done, kept)
+    for parent, key, _, child in chosen:
+        parent._modules[key] = splits[id(child)]
+    first = {id(child): name for _, _, name, child in reversed(ternary)}  # each layer's first name
+    aliases = {name: first[id(child)] for _, _, name, child in ternary if name != first[id(child)]}
+    done = tuple(dict.fromkeys(first[id(child)] for _, _, _, child in ternary if id(child) in splits))
+    kept = tuple(dict.fromkeys(first[id(child)] for _, _, _, child in ternary if id(child) not in splits))
+    return SplitRecord(done, kept, aliases)
 
 
 def binarize_(module: nn.Module, names: Sequence[str] | None = None) -> tuple[str, ...]:
     """Turns ternary layers into binary ones directly (BWN of the latent weight: the paper's weak
     baseline, and what adaptive splitting does with the layers it does not split), in place.
-    Returns the qualified names changed; raises ``ValueError`` (before any change) if ``names``
-    names something that is not a ternary layer."""
+    Returns the qualified names changed.
+
+    Raises:
+        TypeError: ``names`` is a string, not a list of names.
+        ValueError: ``names`` names something that is not a ternary layer; the model is then
+            unchanged.
+    """
     ternary = {
         name: child
         for _, _, name, child in _children(module)
         if isinstance(child, (QuantLinear, QuantEmbedding)) and child.weight_bits == 2
     }
+    if isinstance(names, str):
+        raise TypeError(f"names must be a list of qualified layer names, got the string {names!r}")
     chosen = list(ternary) if names is None else list(names)
     unknown = [name for name in chosen if name not in ternary]
     if unknown:

@@ -180,6 +180,7 @@ BAD_CALLS = {
     "bits 3": (None, lambda model: quantize_attention_(model, 3)),
     "bits None": (None, lambda model: quantize_attention_(model, None)),
     "bits True": (None, lambda model: quantize_attention_(model, True)),
+    "bits 8.0": (None, lambda model: quantize_attention_(model, 8.0)),
     "bits as text": (None, lambda model: quantize_attention_(model, "8")),
     "not a module": (None, lambda model: quantize_attention_(model.state_dict())),
     "no attention in the part given": (None, lambda model: quantize_attention_(model.bert.pooler)),

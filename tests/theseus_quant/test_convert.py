@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from torch import nn
 
 from theseus_core.testing import toy_stacks
-from theseus_quant import convert
+from theseus_quant import convert, split_ternary_, to_integer_
+from theseus_quant.integer import IntegerLinear
 from theseus_quant.layers import QuantEmbedding, QuantLinear
 from theseus_quant.quantizers import LSQQuantizer, UniformQuantizer, quantize_weight, ternarize
 
@@ -111,8 +112,11 @@ BAD_CALLS = {
     "weight bits 0": lambda model: convert.quantize_(model, 0),
     "weight bits True": lambda model: convert.quantize_(model, True),
     "weight bits as text": lambda model: convert.quantize_(model, "2"),
+    "weight bits 2.0": lambda model: convert.quantize_(model, 2.0),
     "activation bits 16": lambda model: convert.quantize_(model, 2, 16),
     "activation bits 2": lambda model: convert.quantize_(model, 2, 2),
+    "activation bits 8.0": lambda model: convert.quantize_(model, 2, 8.0),
+    "activation bits True": lambda model: convert.quantize_(model, 2, True),
     "skip matching nothing": lambda model: convert.quantize_(model, skip=["head", "pooler"]),
     "skip as one string": lambda model: convert.quantize_(model, skip="head"),
     "skip everything": lambda model: convert.quantize_(model, skip=["*"]),
@@ -153,3 +157,76 @@ def test_skip_patterns_match_names_and_their_ancestors():
     assert convert.matches("encoder.layer.0.output.dense", "encoder.layer.0.*")
     assert not convert.matches("bert.poolers", "pooler")
     assert not convert.matches("encoder.layer.10.output", "layer.1")
+
+
+def _encoder(**overrides) -> nn.Module:
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True, **overrides)
+    return nn.Sequential(layer, nn.Linear(8, 3)).eval()
+
+
+def test_linears_a_transformer_encoder_layer_reads_directly_are_refused():
+    # In eval mode without gradients, PyTorch's fast path reads linear1.weight / linear2.weight and would bypass
+    # the quantized layers (and break on layers without a weight); the refusal names the module and the skip.
+    model = _encoder()
+    with pytest.raises(
+        ValueError, match=r"0\.linear1: its parent 0 is an nn\.TransformerEncoderLayer.*skip=\[\.\.\., '0'\]"
+    ):
+        convert.quantize_(model)
+    assert_refused(model, lambda model: convert.quantize_(model, 2, None))
+    with pytest.raises(ValueError, match="TransformerEncoderLayer"):
+        convert.quantized_copy(2, 8)([_encoder()[0]])  # a successor of encoder layers: the copy is refused too
+    record = convert.quantize_(model, skip=["0"])  # kept in full precision: correct on every path
+    assert list(record.quantized) == ["1"]
+    x = torch.randn(2, 5, 8)
+    with torch.no_grad():
+        fast = model(x)
+    torch.testing.assert_close(fast, model(x))
+
+
+def test_layers_carrying_hooks_are_refused_before_any_change():
+    # quantize_, dequantize_, split_ternary_ and to_integer_ put new module objects in place: hooks would be lost.
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    handle = model[2].register_forward_hook(lambda module, args, output: None)
+    with pytest.raises(ValueError, match=r"^2 carries forward hooks, which quantize_ would lose"):
+        convert.quantize_(model, skip=[])
+    assert_refused(model, lambda model: convert.quantize_(model, skip=[]))
+    with pytest.raises(ValueError, match="carries forward hooks, which quantized_copy would lose"):
+        convert.quantized_copy(2, 8)([model[2]])  # a group of one hooked Linear: its copy has the hooks too
+    handle.remove()
+    convert.quantize_(model, skip=[])
+    model[0].register_forward_pre_hook(lambda module, args: None)
+    for verb in (convert.dequantize_, split_ternary_, to_integer_):
+        with pytest.raises(ValueError, match=r"^0 carries forward pre-hooks"):
+            verb(model)
+        assert type(model[0]) is QuantLinear and type(model[2]) is QuantLinear
+
+
+def test_the_record_lists_weight_matrices_left_in_full_precision_by_their_type():
+    model = nn.Sequential(nn.EmbeddingBag(10, 4), nn.Linear(4, 4), nn.Conv1d(4, 4, 1), nn.MultiheadAttention(4, 1))
+    record = convert.quantize_(model)
+    assert list(record.quantized) == ["1"]
+    assert record.not_converted == {
+        "0": "EmbeddingBag",
+        "2": "Conv1d",
+        "3": "MultiheadAttention",  # in_proj_weight
+        "3.out_proj": "NonDynamicallyQuantizableLinear",
+    }
+    assert "left in full precision: 0 (EmbeddingBag), 2 (Conv1d)" in str(record)
+
+
+def test_quantize_refuses_a_model_converted_to_integer_kernels():
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    convert.quantize_(model, skip=[])
+    to_integer_(model)
+    assert isinstance(model[0], IntegerLinear)
+    assert_refused(model, convert.quantize_)
+    with pytest.raises(ValueError, match="already converted to integer kernels by to_integer_"):
+        convert.quantize_(model)
+
+
+def test_an_embedding_quantize_cannot_convert_is_named():
+    model = nn.Sequential(nn.Linear(4, 4))
+    model.add_module("table", nn.Embedding(5, 4, sparse=True))
+    with pytest.raises(ValueError, match=r"^table: QuantEmbedding does not support max_norm or sparse"):
+        convert.quantize_(model)

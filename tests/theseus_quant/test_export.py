@@ -7,6 +7,7 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from torch import nn
 
 from theseus_core.testing import ToyStack
 from theseus_quant import export
@@ -103,3 +104,40 @@ def test_bert_round_trip_and_size(tmp_path):
         expected = candidate(**bert_batch()).last_hidden_state
         assert torch.equal(loaded(**bert_batch()).last_hidden_state, expected)
         assert report.ratio > 1 and "smaller" in str(report)
+
+
+class Tied(nn.Module):
+    """A masked LM's shape: word embeddings and an output projection holding one Parameter."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = nn.Embedding(12, 8)
+        self.hidden = nn.Linear(8, 8)
+        self.out = nn.Linear(8, 12, bias=False)
+        self.out.weight = self.embed.weight
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.relu(self.hidden(self.embed(ids))))
+
+
+def tied(**quantize) -> Tied:
+    model = Tied()
+    quantize_(model, 2, 8, **quantize)
+    return model
+
+
+def test_tied_weights_round_trip_when_quantized_alike_and_are_refused_otherwise(tmp_path):
+    ids = torch.randint(0, 12, (3, 5), generator=torch.Generator().manual_seed(0))
+    alike = tied(linear_granularity="row")  # both per row: one ŵ serves both
+    with torch.no_grad():
+        alike.embed.weight.add_(0.1 * torch.randn_like(alike.embed.weight))
+    export.save_packed(alike, tmp_path / "alike.safetensors")
+    loaded = export.load_packed(lambda: tied(linear_granularity="row"), tmp_path / "alike.safetensors")
+    assert loaded.out.weight is loaded.embed.weight
+    assert torch.equal(loaded(ids), alike(ids))
+    for name, model in (("two ways", tied()), ("one plain", tied(skip=["out"]))):  # row/tensor; ŵ read unquantized
+        path = tmp_path / f"{name}.safetensors"
+        with pytest.raises(ValueError, match="embed"):
+            export.save_packed(model, path)
+        assert not path.exists(), f"{name}: a refused export wrote its file"

@@ -1,4 +1,4 @@
-"""theseus_quant needs torch only (theseus_core for quantized_copy); it imports no model library."""
+"""theseus_quant needs torch and theseus_core (shipped with it); it imports no model library."""
 
 import subprocess
 import sys

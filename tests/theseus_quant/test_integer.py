@@ -4,6 +4,7 @@ rebuild a quantized folder."""
 from __future__ import annotations
 
 import copy
+import io
 import itertools
 import json
 
@@ -183,3 +184,104 @@ def test_an_unversioned_layout_from_before_version_1_still_loads(tiny_bert, tmp_
     path.write_text(json.dumps({**old, "version": 99}))
     with pytest.raises(ValueError, match="version 99"):
         tq.load_quantized(tmp_path, lambda: BertForSequenceClassification(tiny_bert.config))
+
+
+def _integer_mlp(seed: int, clip: float) -> nn.Module:
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4))
+    tq.quantize_(model, 2, 8, skip=[])
+    with torch.no_grad():
+        model[0].act_quant.clip.fill_(clip)
+    tq.to_integer_(model)
+    return model
+
+
+@pytest.mark.parametrize("kernel", AVAILABLE)
+def test_integer_layers_load_copy_and_pickle_with_what_they_compute(kernel):
+    # onednn's prepacked weights are a cache: stale after a load, and without storage to copy or pickle.
+    first, second = _integer_mlp(0, 2.5), _integer_mlp(1, 1.7)
+    for model in (first, second):
+        for module in model.modules():
+            if isinstance(module, IntegerLinear):
+                module.kernel = kernel
+    x = torch.randn(3, 16)
+    first(x)
+    expected = second(x)  # both caches filled
+    first.load_state_dict(second.state_dict())  # codes, scales, bias and the activation steps
+    assert first[0].steps == second[0].steps
+    assert torch.equal(first(x), expected)
+    assert torch.equal(copy.deepcopy(second)(x), expected)
+    buffer = io.BytesIO()
+    torch.save(second, buffer)
+    buffer.seek(0)
+    assert torch.equal(torch.load(buffer, weights_only=False)(x), expected)
+
+
+def test_a_layer_reachable_under_two_names_is_converted_once_and_stays_shared():
+    torch.manual_seed(0)
+    shared = nn.Linear(8, 8)
+    model = nn.Sequential(shared, nn.ReLU(), shared, nn.Linear(8, 2))
+    tq.quantize_(model, 2, 8, skip=[])
+    model.eval()
+    x = torch.randn(3, 8)
+    expected = model(x)
+    record = tq.to_integer_(model)
+    assert isinstance(model[0], IntegerLinear) and model[0] is model[2]
+    assert record.integer == ("0", "3")
+    torch.testing.assert_close(model(x), expected, rtol=0, atol=_bound(model, x))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_integer_layers_quantize_inputs_with_the_step_in_the_input_dtype(dtype):
+    # Identity codes and scale 1: the integer layer returns its input levels times the step, which is exactly what
+    # the simulated layer's activation quantizer gives when both use the step rounded to the input's dtype.
+    layer = tq.QuantLinear(64, 64, bias=False, weight_bits=2, activation_bits=8, dtype=dtype)
+    with torch.no_grad():
+        layer.weight.copy_(torch.eye(64))
+        layer.act_quant.clip.fill_(2.3)  # a step that bf16 and fp16 round
+    x = torch.randn(32, 64, generator=torch.Generator().manual_seed(0)).to(dtype)
+    integer = IntegerLinear.from_quantized(layer, "reference")
+    with torch.no_grad():
+        assert torch.equal(integer(x), layer(x))
+
+
+def test_to_integer_refuses_a_layer_its_parent_reads_directly():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True), nn.Linear(8, 3))
+    model[0].linear1 = tq.QuantLinear.from_linear(model[0].linear1)  # built by hand: quantize_ refuses to
+    model.eval()
+    before = [type(m) for m in model.modules()]
+    with pytest.raises(
+        ValueError, match=r"to_integer_ cannot swap 0\.linear1: its parent 0 is an nn\.TransformerEncoderLayer"
+    ):
+        tq.to_integer_(model)
+    with pytest.raises(ValueError, match=r"split_ternary_ cannot swap 0\.linear1"):
+        tq.split_ternary_(model)
+    assert [type(m) for m in model.modules()] == before
+
+
+def _mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+
+def test_a_quantized_folder_records_granularity_and_the_model_s_activation_bits(tmp_path):
+    x = torch.randn(3, 8)
+    row = _mlp()
+    tq.quantize_(row, 2, 8, skip=[], linear_granularity="row")
+    row[2].granularity = "tensor"  # mixed, as a layout may be
+    tq.save_quantized(row, tmp_path / "row")
+    layout = tq.read_layout(tmp_path / "row")
+    assert layout.granularity == {"0": "row", "2": "tensor"} and layout.activation_bits == 8
+    assert torch.equal(tq.load_quantized(tmp_path / "row", _mlp)(x), row.eval()(x))
+
+    float_inputs = _mlp()
+    tq.quantize_(float_inputs, 2, None, skip=[])
+    with pytest.raises(ValueError, match="activation_bits=8, but this model does not quantize activations"):
+        tq.save_quantized(float_inputs, tmp_path / "wrong", 8)
+    with pytest.raises(ValueError, match="no quantized layer"):
+        tq.save_quantized(_mlp(), tmp_path / "float")
+    assert not (tmp_path / "wrong").exists() and not (tmp_path / "float").exists(), "a refused save wrote files"
+    tq.save_quantized(float_inputs, tmp_path / "none")  # read from the model
+    assert tq.read_layout(tmp_path / "none").activation_bits is None
+    assert torch.equal(tq.load_quantized(tmp_path / "none", _mlp)(x), float_inputs.eval()(x))

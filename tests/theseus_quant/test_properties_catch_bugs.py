@@ -58,12 +58,13 @@ class PlainStraightThrough:
         return x + (quantized - x).detach()
 
 
-def bias_not_halved(layer, name):
-    split = original_split_layer(layer, name)
-    if split.second.bias is not None:
-        with torch.no_grad():
-            split.second.bias.mul_(2)
-    return split
+def bias_not_halved(layers):
+    splits = original_split_layers(layers)
+    for split in splits.values():
+        if split.second.bias is not None:
+            with torch.no_grad():
+                split.second.bias.mul_(2)
+    return splits
 
 
 def mutate_then_validate(module):
@@ -96,7 +97,7 @@ def boolean_mask_ignored(mask, dtype):
 
 original_binary = quantizers._binary
 original_additive_mask = bert.additive_mask
-original_split_layer = tws._split_layer
+original_split_layers = tws._split_layers
 original_children = convert._children
 original_unpack = export.unpack_codes
 
@@ -130,7 +131,7 @@ BUGS = {
         [test_tws.test_an_element_at_the_threshold_falls_on_the_same_side_as_in_the_forward_pass],
     ),
     "TWS keeps the whole bias in one half": (
-        (tws, "_split_layer", bias_not_halved),
+        (tws, "_split_layers", bias_not_halved),
         [test_tws.test_split_model_computes_what_the_ternary_model_computed],
     ),
     "quantize_ changes the model before validating": (

@@ -113,6 +113,19 @@ def test_lsq_initialises_once_from_the_first_batch():
     assert quantizer.step.item() == pytest.approx(expected), "re-initialised on a later batch"
 
 
+def test_lsq_passes_an_empty_batch_through_and_initialises_on_the_first_non_empty_one():
+    quantizer = LSQQuantizer(4)
+    empty = torch.empty(0, 8, requires_grad=True)
+    out = quantizer(empty)
+    assert out.shape == (0, 8) and not bool(quantizer.initialized)
+    out.sum().backward()
+    x = torch.full((10,), 2.0)
+    quantizer(x)
+    assert quantizer.step.item() == pytest.approx(2 * 2.0 / 7**0.5) and bool(quantizer.initialized)
+    assert quantizer(torch.empty(0)).shape == (0,), "an empty batch after initialisation"
+    assert torch.isfinite(quantizer(x)).all()
+
+
 def test_bad_arguments_raise():
     with pytest.raises(ValueError, match="granularity"):
         quantizers.ternarize(torch.ones(2, 2), "column")
@@ -120,6 +133,8 @@ def test_bad_arguments_raise():
         quantizers.quantize_weight(torch.ones(2, 2), 3)
     with pytest.raises(ValueError, match="activation_bits"):
         quantizers.activation_quantizer(6)
+    with pytest.raises(ValueError, match="activation_bits"):
+        quantizers.activation_quantizer(8.0)
     with pytest.raises(ValueError, match="activation bits"):
         UniformQuantizer(1)
 

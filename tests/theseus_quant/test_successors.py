@@ -82,5 +82,11 @@ def test_bad_factory_arguments_raise_when_the_spec_is_made():
         quantized_copy(2, 16)
     with pytest.raises(ValueError, match="layers"):
         quantized_copy(2, 8, [])
+    with pytest.raises(ValueError, match="weight_bits"):
+        quantized_copy(2.0)
+    with pytest.raises(ValueError, match="activation_bits"):
+        quantized_copy(2, 8.0)
+    with pytest.raises(ValueError, match="layers"):
+        quantized_copy(2, 8, [True])
     assert repr(quantized_copy(2, 8, [0])) == "quantized_copy(2, 8, layers=[0])"
     assert repr(quantized_copy(1, 8, attention=False)) == "quantized_copy(1, 8, attention=False)"

@@ -185,3 +185,82 @@ def test_split_without_ternary_layers_raises():
     quantize_(model, 1, 8)
     with pytest.raises(ValueError, match="no ternary layer"):
         tws.split_ternary_(model)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("granularity", ["tensor", "row"])
+def test_half_precision_layers_split_within_their_dtype_s_rounding(dtype, granularity, monkeypatch):
+    # The halves are rounded to the weight's dtype: the check allows a few ulps of α there, and still catches a
+    # split that is off by a part of α.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(48, 33).to(dtype), torch.nn.ReLU(), torch.nn.Linear(33, 7).to(dtype))
+    quantize_(model, 2, None, skip=[], linear_granularity=granularity)
+    x = torch.randn(4, 48, dtype=dtype)
+    ternary = model(x)
+    broken = copy.deepcopy(model)
+    tws.split_ternary_(model)
+    eps = torch.finfo(dtype).eps
+    torch.testing.assert_close(model(x), ternary, rtol=8 * eps, atol=8 * eps * ternary.abs().max().item())
+    tiny = copy.deepcopy(broken)
+    with torch.no_grad():
+        for layer in (tiny[0], tiny[2]):
+            layer.weight.mul_(1e-5)  # scales below fp16's smallest normal number: absolute rounding steps
+    tws.split_ternary_(tiny)
+    split = tws.split_ternary_weight
+    monkeypatch.setattr(tws, "split_ternary_weight", lambda w, g: tuple(h * 1.05 for h in split(w, g)))
+    before = snapshot(broken)
+    with pytest.raises(RuntimeError, match="broke its quantized weight"):
+        tws.split_ternary_(broken)
+    assert_unchanged(broken, before)
+
+
+class Tied(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = torch.nn.Embedding(12, 8)
+        self.out = torch.nn.Linear(8, 12)
+        self.out.weight = self.embed.weight
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.out(self.embed(ids))
+
+
+def test_tied_layers_split_together_and_stay_tied_or_are_refused():
+    ids = torch.randint(0, 12, (3, 5), generator=torch.Generator().manual_seed(0))
+    model = Tied()
+    quantize_(model, 2, None, skip=[], linear_granularity="row")
+    ternary = model(ids)
+    record = tws.split_ternary_(model)
+    assert record.split == ("embed", "out")
+    assert model.out.first.weight is model.embed.first.weight and model.out.second.weight is model.embed.second.weight
+    torch.testing.assert_close(model(ids), ternary, rtol=1e-5, atol=1e-5)
+    for names, match in ((["out"], "tied to embed"), (None, "per row and per tensor")):
+        model = Tied()
+        quantize_(model, 2, None, skip=[])  # row embeddings, tensor Linear: their splits differ
+        if names is not None:
+            model.out.granularity = "row"
+        before = snapshot(model)
+        with pytest.raises(ValueError, match=match):
+            tws.split_ternary_(model, names)
+        assert_unchanged(model, before)
+
+
+def test_a_layer_reachable_under_two_names_is_split_once_and_listed_once():
+    shared = torch.nn.Linear(4, 4)
+    model = torch.nn.Sequential(shared, torch.nn.ReLU(), shared, torch.nn.Linear(4, 2))
+    quantize_(model, 2, None, skip=[])
+    record = tws.split_ternary_(model)
+    assert model[0] is model[2] and isinstance(model[0], BinarySplitLinear)
+    assert record.split == ("0", "3") and record.aliases == {"2": "0"}
+    assert str(record).startswith("split_ternary_: 2 ternary layers → binary pairs: 0 (also 2), 3")
+
+
+def test_binarize_refuses_a_string_of_names():
+    model = torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(11)])
+    quantize_(model, 2, None, skip=[])
+    before = snapshot(model)
+    with pytest.raises(TypeError, match="names must be a list"):
+        tws.binarize_(model, "10")  # not "1" and "0"
+    assert_unchanged(model, before)
+    assert all(layer.weight_bits == 2 for layer in model)
