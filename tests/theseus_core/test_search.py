@@ -303,6 +303,18 @@ def test_a_named_successor_is_found_in_the_registry_given():
     assert library.names("[2:3]") == [KEEP, "thin"]
 
 
+def one_candidate_library(name, build, training=False):
+    """A library of one candidate, ``build()``, for the two blocks of a ToyStack (with dropout when ``training``, the
+    mode the model is in)."""
+    torch.manual_seed(0)
+    model = ToyStack(in_features=8, width=16, num_blocks=2, num_classes=3, dropout=0.1 if training else 0.0)
+    return CandidateLibrary(
+        model.train(training),
+        {name: [th.ModuleSpec("blocks[0:2]", successor=lambda group: build())]},
+        example_inputs=[(torch.randn(4, 8),)],
+    )
+
+
 def test_costs_leave_out_what_a_candidate_waits(threads):
     """A candidate that sleeps costs what it computes: the measured latency is the process's work on one thread."""
 
@@ -312,13 +324,7 @@ def test_costs_leave_out_what_a_candidate_waits(threads):
             return x
 
     threads(1)
-    torch.manual_seed(0)
-    model = ToyStack(in_features=8, width=16, num_blocks=2, num_classes=3, dropout=0.0).eval()
-    library = CandidateLibrary(
-        model,
-        {"sleepy": [th.ModuleSpec("blocks[0:2]", successor=lambda group: Sleepy())]},
-        example_inputs=[(torch.randn(4, 8),)],
-    )
+    library = one_candidate_library("sleepy", Sleepy)
     costs, _ = library.costs(torch.randn(4, 8), forward, rounds=3)
     assert costs[("blocks[0:2]", "sleepy")].latency < 0.01
 
@@ -337,13 +343,7 @@ def test_candidates_are_measured_in_eval_mode_whatever_mode_the_model_was_in():
             self.seen.add(self.training)
             return self.norm(x)
 
-    torch.manual_seed(0)
-    model = ToyStack(in_features=8, width=16, num_blocks=2, num_classes=3, dropout=0.1).train()
-    library = CandidateLibrary(
-        model,
-        {"modes": [th.ModuleSpec("blocks[0:2]", successor=lambda group: Modes())]},
-        example_inputs=[(torch.randn(4, 8),)],
-    )
+    library = one_candidate_library("modes", Modes, training=True)
     candidate = library.successors[("blocks[0:2]", "modes")]
     candidate.inner.seen.clear()
     statistics = candidate.inner.norm.running_mean.clone()
