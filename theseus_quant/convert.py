@@ -90,12 +90,18 @@ def matches(name: str, pattern: str) -> bool:
     A pattern is an ``fnmatch`` glob matched against the name and each of its
     ancestors, anchored at the root or at any dot: ``"pooler"`` matches
     ``bert.pooler`` and ``bert.pooler.dense``; ``"encoder.layer.0.*"`` matches
-    everything in layer 0.
+    everything in layer 0. A pattern that starts with ``/`` is anchored at the
+    root only: ``"/0"`` matches the root's child ``0`` and what it holds, not
+    ``encoder.0``.
     """
+    rooted = pattern.startswith("/")
     parts = name.split(".")
     for end in range(1, len(parts) + 1):
         prefix = ".".join(parts[:end])
-        if fnmatch.fnmatchcase(prefix, pattern) or fnmatch.fnmatchcase(prefix, f"*.{pattern}"):
+        if rooted:
+            if fnmatch.fnmatchcase(prefix, pattern[1:]):
+                return True
+        elif fnmatch.fnmatchcase(prefix, pattern) or fnmatch.fnmatchcase(prefix, f"*.{pattern}"):
             return True
     return False
 

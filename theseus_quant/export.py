@@ -435,8 +435,8 @@ def rebuild_(model: nn.Module, layout: QuantizedLayout) -> nn.Module:
     from .convert import quantize_, quantize_known_attention_
     from .tws import binarize_, split_ternary_
 
-    kept = [
-        name
+    kept = [  # anchored at the root: a kept "0" must not keep "encoder.0" too
+        f"/{name}"
         for name, module in model.named_modules()
         if type(module) in (nn.Linear, nn.Embedding) and name not in layout.layers
     ]

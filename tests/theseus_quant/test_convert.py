@@ -157,6 +157,8 @@ def test_skip_patterns_match_names_and_their_ancestors():
     assert convert.matches("encoder.layer.0.output.dense", "encoder.layer.0.*")
     assert not convert.matches("bert.poolers", "pooler")
     assert not convert.matches("encoder.layer.10.output", "layer.1")
+    assert convert.matches("0.weight_holder", "/0") and convert.matches("0", "/0")
+    assert not convert.matches("encoder.0", "/0") and convert.matches("encoder.0", "0")
 
 
 def _encoder(**overrides) -> nn.Module:

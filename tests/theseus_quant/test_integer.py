@@ -285,3 +285,22 @@ def test_a_quantized_folder_records_granularity_and_the_model_s_activation_bits(
     tq.save_quantized(float_inputs, tmp_path / "none")  # read from the model
     assert tq.read_layout(tmp_path / "none").activation_bits is None
     assert torch.equal(tq.load_quantized(tmp_path / "none", _mlp)(x), float_inputs.eval()(x))
+
+
+def test_a_layer_kept_in_full_precision_keeps_no_namesake_deeper_in_the_model(tmp_path):
+    """The layers a layout keeps were skipped by name, and a skip name matches at any dot: a kept "0" kept
+    "inner.0" too, and the load failed."""
+
+    def build():
+        torch.manual_seed(0)
+        return nn.ModuleDict({"0": nn.Linear(8, 8), "inner": nn.Sequential(nn.Linear(8, 4))})
+
+    def forward(model, x):
+        return model["inner"](model["0"](x))
+
+    model = build()
+    tq.quantize_(model, 2, 8, skip=["/0"])
+    assert [name for name, module in model.named_modules() if type(module) is nn.Linear] == ["0"]
+    tq.save_quantized(model, tmp_path / "kept")
+    x = torch.randn(3, 8)
+    assert torch.equal(forward(tq.load_quantized(tmp_path / "kept", build), x), forward(model.eval(), x))
