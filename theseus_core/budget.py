@@ -277,6 +277,7 @@ class CostTable:
         summed cost as ``limit``, no budget. Raises `ValueError` for a choice that does not name a candidate for
         every group."""
         _check_choice(chosen, self.candidates)
+        self._check_scores(scores)
         _, _, total = self._rows(kind)
         used = sum(self.costs[(path, chosen[path])].of(kind) for path in self.paths)
         score = sum(scores[(path, chosen[path])] for path in self.paths)
@@ -361,7 +362,7 @@ def measured_choice(
             f"none of the {len(measured)} choice(s) measured under a {made[0].kind} budget of {budget:g} "
             "assembled; see why with replace_ on CandidateLibrary.plan(choice)"
         )
-    within = [index for index in assembled if trail[index]["measured_ratio"] <= budget]
+    within = [index for index in assembled if _within(trail[index]["measured_ratio"], budget)]
     if not within:
         best = min(assembled, key=lambda index: trail[index]["measured_ratio"])
     elif assess is None:

@@ -4,6 +4,7 @@ and check the successors. Nothing here mutates the model; every error names the 
 from __future__ import annotations
 
 import copy
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from numbers import Integral
@@ -11,6 +12,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.modules.lazy import LazyModuleMixin
 
 from .registry import SuccessorRegistry, call_factory, factory_for
 from .runs import ModelState, cuda_devices
@@ -160,12 +162,16 @@ def compile_options(compile: Any) -> dict[str, Any] | None:
     resnet26d and mobilevit, Swin), and each compiled module counts its own recompilations
     (``isolate_recompiles``): every site's branches run through the same two wrapper forward methods, whose
     graphs dynamo would otherwise count together against ``recompile_limit`` (8), so that a model with more than
-    four differently shaped sites (a ResNet's stages) fell back to eager for the rest."""
+    four differently shaped sites (a ResNet's stages) fell back to eager for the rest; on a torch without that
+    option (before 2.14) the sites share dynamo's limit as before."""
     if compile is False:
         return None
     if not isinstance(compile, (bool, Mapping)):
         raise TypeError(f"compile must be a bool or a dict of torch.compile options, got {compile!r}")
-    options = {"dynamic": False, "isolate_recompiles": True, **(compile if isinstance(compile, Mapping) else {})}
+    isolated = (
+        {"isolate_recompiles": True} if "isolate_recompiles" in inspect.signature(torch.compile).parameters else {}
+    )
+    options = {"dynamic": False, **isolated, **(compile if isinstance(compile, Mapping) else {})}
     try:
         torch.compile(_nothing, **options)  # checks mode, backend and option names; compiles nothing yet
     except Exception as error:
@@ -289,10 +295,15 @@ def check_successors(prepared: list[Prepared], group_inputs: list[Any], group_ou
     """Runs each successor (eval mode, no grad) on its group's real input from the example run and checks
     that it returns what the group returned: the same structure and shapes. Each run leaves no trace: the
     successor's tensors, attributes and mode and the RNG are put back (a quantizer that takes its scale from its
-    first input still takes it from the first training batch, not from an example)."""
+    first input still takes it from the first training batch, not from an example); a successor holding lazy
+    modules materialises them (their first call), and gets its modes back."""
     for item, (args, kwargs), group_output in zip(prepared, group_inputs, group_outputs, strict=True):
         path = item.spec.path
-        before = ModelState(item.successor, values=True)
+        # a lazy module materialises on its first call, for good, and the check may be that call: a successor holding
+        # one cannot be snapshotted, and gets its modes back only
+        lazy = any(isinstance(m, LazyModuleMixin) and m.has_uninitialized_params() for m in item.successor.modules())
+        before = None if lazy else ModelState(item.successor, values=True)
+        modes = [(module, module.training) for module in item.successor.modules()]
         item.successor.eval()
         try:
             with torch.random.fork_rng(devices=cuda_devices(item.successor)), torch.no_grad():
@@ -304,7 +315,11 @@ def check_successors(prepared: list[Prepared], group_inputs: list[Any], group_ou
             )
             raise
         finally:
-            before.restore()
+            if before is None:
+                for module, training in modes:
+                    module.training = training
+            else:
+                before.restore()
         expected, actual = _structure(group_output), _structure(output)
         if expected != actual:
             raise ValueError(

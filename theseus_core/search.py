@@ -54,6 +54,7 @@ from torch import nn
 
 from .budget import Choice, Cost, CostTable, _check_choice, _check_range
 from .candidates import _copy_group, keep_specs
+from .checks import is_int
 from .costs import latency_clock, multiply_adds
 from .distillation import prediction_loss
 from .engine import replace_
@@ -371,7 +372,7 @@ class CandidateLibrary:
         (so that a load that comes and goes between rounds cancels), its parameters outside them, and its
         multiply-adds on ``batch`` minus its groups'. Times are read with `latency_clock` on the device of the
         reference's parameters; multiply-adds are counted once (`multiply_adds`: exact, they add up)."""
-        if not isinstance(rounds, int) or rounds < 1:
+        if not is_int(rounds) or rounds < 1:
             raise ValueError(f"costs need rounds >= 1 (the first, a warm-up, is dropped besides), got {rounds!r}")
         _, calls = self.record(batch, forward)
         with _evaluating(self.successors.values()), torch.no_grad():

@@ -270,6 +270,7 @@ def _missing(error: ModuleNotFoundError, family: str | None) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     family = None  # the run's, once its recipe is known: what a missing module's message names
+    run_out: Path | None = None  # a compress run's directory, once known: what an interrupt's advice reads
     try:
         if args.command == "recipes":
             recipes = list_recipes(args.pattern)
@@ -349,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
 
         parallelism = Parallelism(args.parallel, args.activation_checkpointing)
 
-        out = args.out or Path("runs") / recipe.name
+        out = run_out = args.out or Path("runs") / recipe.name
         run = Run(
             recipe,
             out,
@@ -374,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"theseus: error: {message}", file=sys.stderr, flush=True)
         return 2
     except KeyboardInterrupt:
-        if _checkpointed(args):
+        if args.command != "compress" or _checkpointed(run_out):
             print("\ntheseus: interrupted; the last checkpoint is kept: rerun with --resume", file=sys.stderr)
         else:
             print(
@@ -391,13 +392,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _checkpointed(args: argparse.Namespace) -> bool:
-    """Whether an interrupted command left something ``--resume`` continues: anything but a ``compress`` run
-    stopped before its first checkpoint (a sweep's or an analysis' runs each resume on their own)."""
-    if args.command != "compress":
-        return True
-    out = args.out or Path("runs") / args.recipe
-    return any((out / name).exists() for name in ("checkpoint.pt", "checkpoint.pt.previous"))
+def _checkpointed(out: Path | None) -> bool:
+    """Whether an interrupted ``compress`` run left a checkpoint in ``out`` (``None``: interrupted before its
+    directory was known, so nothing was written)."""
+    return out is not None and any((out / name).exists() for name in ("checkpoint.pt", "checkpoint.pt.previous"))
 
 
 def _leave_together() -> None:

@@ -459,11 +459,12 @@ def test_a_measured_choice_is_the_best_scoring_one_it_measured_within_the_budget
 
     choice, trail = library.choose_measured(scores, costs, budget, measure, kind="params")
     assert all(entry["measured_ratio"] == met[tuple(sorted(entry["chosen"].items()))] for entry in trail)
-    within = [entry for entry in trail if entry["measured_ratio"] <= budget]
+    fits = budget * (1 + core_budget.RATIO_TOLERANCE)  # within, up to the last bits of a sum
+    within = [entry for entry in trail if entry["measured_ratio"] <= fits]
     if within:
         assert (
             choice.score == max(entry["score"] for entry in within)
-            and met[tuple(sorted(choice.chosen.items()))] <= budget
+            and met[tuple(sorted(choice.chosen.items()))] <= fits
         )
     else:
         assert met[tuple(sorted(choice.chosen.items()))] == min(met.values())

@@ -187,6 +187,17 @@ def test_checking_the_successors_on_example_inputs_leaves_them_as_built():
     assert successor.training
 
 
+def test_a_successor_holding_lazy_modules_materialises_on_the_check():
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8))
+    spec = [th.ModuleSpec("[0:2]", lambda group: nn.Sequential(nn.LazyLinear(8), nn.ReLU()))]
+    theseus = th.replace_(model, spec, example_inputs=(torch.randn(2, 8),))
+    (successor,) = [site.successor.inner for site in theseus.sites]
+    assert successor[0].weight.shape == (8, 8) and successor.training
+    theseus.rate = 1.0
+    model(torch.randn(2, 8)).sum().backward()
+    assert successor[0].weight.grad is not None
+
+
 # ------------------------------------------------------- the nn.Transformer family
 
 

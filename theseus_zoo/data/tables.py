@@ -46,9 +46,9 @@ FORMATS = (".csv", ".tsv", ".jsonl")
 SPLIT_NAMES = {"train": "train", "dev": "validation", "validation": "validation", "test": "test"}
 KINDS = ("classes", "regression")
 MISSING = ("", "nan", "na", "n/a", "null")
+"""Cells that are a missing label (stripped, any case), as spreadsheets and pandas write them."""
 NO_KEY = type("NoKey", (), {"__repr__": lambda self: "no key"})()
 """The label of a JSON line that leaves the label's key out: a missing label, named as such."""
-"""Cells that are a missing label (stripped, any case), as spreadsheets and pandas write them."""
 MAX_INFERRED_CLASSES = 20
 """The most different integer labels that are inferred to be classes (more: set ``labels``)."""
 RARE_EXAMPLES, RARE_FRACTION = 5, 0.01

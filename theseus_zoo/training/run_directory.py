@@ -8,6 +8,7 @@ most of them are found.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -121,16 +122,30 @@ def repair_metrics(metrics: Path, length: int) -> None:
     )
 
 
+FINGERPRINT = re.compile(r" \(sha256 [0-9a-f]{12}\)")
+"""The data's fingerprint in an own-data recipe's description (`theseus_zoo.data.tables.fingerprint`)."""
+
+
+def _compared(recorded: dict | None, recipe: Recipe) -> tuple[dict, dict]:
+    """The recorded recipe (its fields it predates at their defaults, `with_defaults`) and ``recipe``'s, as compared:
+    a run recorded before descriptions carried the data's fingerprint is compared without it (its data unverified)."""
+    theirs, ours = with_defaults(recorded or {}), recipe.to_dict()
+    description = str(theirs.get("description", ""))
+    if "on the user's data" in description and not FINGERPRINT.search(description):
+        ours["description"] = FINGERPRINT.sub("", str(ours.get("description", "")))
+    return theirs, ours
+
+
 def recipe_changes(recorded: dict | None, recipe: Recipe) -> str | None:
-    """``None`` when the recipe a run recorded (its fields it predates at their defaults, `with_defaults`) is
-    ``recipe``; else the fields that differ with both values (``"seed: 0 in the run, 4 given now"``)."""
-    return disagreement([with_defaults(recorded or {}), recipe.to_dict()], ("in the run", "given now"))
+    """``None`` when the recipe a run recorded (`_compared`) is ``recipe``; else the fields that differ with both
+    values (``"seed: 0 in the run, 4 given now"``)."""
+    return disagreement(list(_compared(recorded, recipe)), ("in the run", "given now"))
 
 
 def data_changed(recorded: dict | None, recipe: Recipe) -> bool:
     """Whether the recipe a run recorded differs from ``recipe`` in its description alone, where that description is
     what was read from the user's data (file, sha256, rows: `theseus_zoo.cli`): the same recipe on changed data."""
-    theirs, ours = with_defaults(recorded or {}), recipe.to_dict()
+    theirs, ours = _compared(recorded, recipe)
     differing = {key for key in theirs.keys() | ours.keys() if theirs.get(key) != ours.get(key)}
     return differing == {"description"} and "on the user's data" in str(theirs.get("description"))
 

@@ -65,3 +65,20 @@ def _no_proc(read_text):
         return read_text(path, *args, **kwargs)
 
     return read
+
+
+def test_a_run_recorded_before_descriptions_carried_the_datas_fingerprint_resumes_and_a_changed_one_does_not():
+    from theseus_zoo.recipes import get_recipe
+    from theseus_zoo.training.run_directory import data_changed, recipe_changes
+
+    recipe = get_recipe("minilm-rotten-tomatoes")
+
+    def described(text):
+        return recipe.with_overrides({"description": f"Recipe x on the user's data. {text}"})
+
+    before = described("reviews.csv: 60 rows").to_dict()  # recorded by an older version
+    now = described("reviews.csv (sha256 0123456789ab): 60 rows")
+    assert recipe_changes(before, now) is None and not data_changed(before, now)
+    changed = described("reviews.csv (sha256 fedcba987654): 60 rows")
+    assert recipe_changes(now.to_dict(), changed) is not None and data_changed(now.to_dict(), changed)
+    assert not data_changed(now.to_dict(), now.with_overrides({"seed": 3}))
