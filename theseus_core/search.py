@@ -106,10 +106,11 @@ class _Streams:
 def _evaluating(modules: Iterable[nn.Module]) -> Iterator[None]:
     """Within: every module in eval mode (dropout off, batch norm on its running statistics, which stay as they
     are); afterwards each submodule's mode is as it was."""
+    modules = list(modules)
     modes = [(inner, inner.training) for module in modules for inner in module.modules()]
     try:
-        for module, _ in modes:
-            module.training = False
+        for module in modules:
+            module.eval()  # through eval(): a module that overrides train() is told as it expects
         yield
     finally:
         for module, training in modes:
