@@ -15,7 +15,7 @@ from torch import nn
 from torch.nn.modules.lazy import LazyModuleMixin
 
 from .registry import SuccessorRegistry, call_factory, factory_for
-from .runs import ModelState, cuda_devices
+from .runs import ModelState, cuda_devices, evaluating
 from .site import (
     Projected,
     ReplacementSite,
@@ -303,10 +303,9 @@ def check_successors(prepared: list[Prepared], group_inputs: list[Any], group_ou
         # one cannot be snapshotted, and gets its modes back only
         lazy = any(isinstance(m, LazyModuleMixin) and m.has_uninitialized_params() for m in item.successor.modules())
         before = None if lazy else ModelState(item.successor, values=True)
-        modes = [(module, module.training) for module in item.successor.modules()]
-        item.successor.eval()
         try:
-            with torch.random.fork_rng(devices=cuda_devices(item.successor)), torch.no_grad():
+            devices = cuda_devices(item.successor)
+            with evaluating([item.successor]), torch.random.fork_rng(devices=devices), torch.no_grad():
                 output = item.successor(*args, **kwargs)
         except Exception as error:
             error.add_note(
@@ -315,10 +314,7 @@ def check_successors(prepared: list[Prepared], group_inputs: list[Any], group_ou
             )
             raise
         finally:
-            if before is None:
-                for module, training in modes:
-                    module.training = training
-            else:
+            if before is not None:
                 before.restore()
         expected, actual = _structure(group_output), _structure(output)
         if expected != actual:

@@ -9,7 +9,7 @@ arguments and output, the torch RNG state as it started, and each layer's call.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -139,6 +139,21 @@ class ExampleRun:
                 for param, requires_grad in flags:
                     param.requires_grad_(requires_grad)
         return trace
+
+
+@contextmanager
+def evaluating(modules: Iterable[nn.Module]) -> Iterator[None]:
+    """Within: every module in eval mode (dropout off, batch norm on its running statistics, which stay as they
+    are); afterwards each submodule's mode is as it was."""
+    modules = list(modules)
+    modes = [(inner, inner.training) for module in modules for inner in module.modules()]
+    try:
+        for module in modules:
+            module.eval()  # through eval(): a module that overrides train() is told as it expects
+        yield
+    finally:
+        for module, training in modes:
+            module.training = training
 
 
 def cuda_devices(module: nn.Module) -> list[int]:

@@ -59,6 +59,7 @@ from .costs import latency_clock, multiply_adds
 from .distillation import prediction_loss
 from .engine import replace_
 from .registry import SuccessorRegistry
+from .runs import evaluating
 from .site import primary_output, split_primary
 from .spec import ModuleSpec, Plan
 
@@ -100,21 +101,6 @@ class _Streams:
                     torch.get_rng_state(),
                     [torch.cuda.get_rng_state(device) for device in self.devices],
                 )
-
-
-@contextlib.contextmanager
-def _evaluating(modules: Iterable[nn.Module]) -> Iterator[None]:
-    """Within: every module in eval mode (dropout off, batch norm on its running statistics, which stay as they
-    are); afterwards each submodule's mode is as it was."""
-    modules = list(modules)
-    modes = [(inner, inner.training) for module in modules for inner in module.modules()]
-    try:
-        for module in modules:
-            module.eval()  # through eval(): a module that overrides train() is told as it expects
-        yield
-    finally:
-        for module, training in modes:
-            module.training = training
 
 
 def _cuda_devices(model: nn.Module) -> list[torch.device]:
@@ -328,10 +314,7 @@ class CandidateLibrary:
         """Each candidate alone in the otherwise original reference, in eval mode: minus its mean soft loss against
         the reference's own logits over ``batches`` (0 is the best: the group's own output). ``batches``: any
         iterable, read once (every candidate sees the same batches)."""
-        batches = list(batches)
-        if not batches:
-            raise ValueError("scores need at least one batch")
-        references = [self.record(batch, forward)[0] for batch in batches]
+        batches, references = self._references(batches, forward)
         return {
             key: 0.0 if key[1] == KEEP else self._soft_score({key[0]: key[1]}, batches, references, forward)
             for key in self.successors
@@ -343,11 +326,15 @@ class CandidateLibrary:
         group at a time, so a choice of one candidate scores as that candidate does. Unlike a summed score, it sees
         what the groups do together. ``batches``: any iterable, read once."""
         self.check_choice(chosen)
+        batches, references = self._references(batches, forward)
+        return self._soft_score(chosen, batches, references, forward)
+
+    def _references(self, batches: Iterable[Any], forward: Forward) -> tuple[list[Any], list[torch.Tensor]]:
+        """``batches`` read once into a list (at least one), and the reference's logits on each."""
         batches = list(batches)
         if not batches:
             raise ValueError("scores need at least one batch")
-        references = [self.record(batch, forward)[0] for batch in batches]
-        return self._soft_score(chosen, batches, references, forward)
+        return batches, [self.record(batch, forward)[0] for batch in batches]
 
     def _soft_score(
         self, chosen: Mapping[str, str], batches: Sequence[Any], references: Sequence[torch.Tensor], forward: Forward
@@ -376,13 +363,13 @@ class CandidateLibrary:
         if not is_int(rounds) or rounds < 1:
             raise ValueError(f"costs need rounds >= 1 (the first, a warm-up, is dropped besides), got {rounds!r}")
         _, calls = self.record(batch, forward)
-        with _evaluating(self.successors.values()), torch.no_grad():
+        with evaluating(self.successors.values()), torch.no_grad():
             macs = {key: multiply_adds(lambda key=key: self._run(key, calls[key[0]])) for key in self.successors}
             whole_macs = multiply_adds(lambda: forward(self.reference, batch))
         timed = latency_clock(next(self.reference.parameters()).device)
         timings: dict[tuple[str, str], list[float]] = {key: [] for key in self.successors}
         whole: list[float] = []
-        with _evaluating(self.successors.values()), torch.no_grad():
+        with evaluating(self.successors.values()), torch.no_grad():
             for round_index in range(rounds + 1):
                 for key in self.successors:
                     seconds = timed(lambda key=key: self._run(key, calls[key[0]]))

@@ -395,7 +395,11 @@ def main(argv: list[str] | None = None) -> int:
 def _checkpointed(out: Path | None) -> bool:
     """Whether an interrupted ``compress`` run left a checkpoint in ``out`` (``None``: interrupted before its
     directory was known, so nothing was written)."""
-    return out is not None and any((out / name).exists() for name in ("checkpoint.pt", "checkpoint.pt.previous"))
+    if out is None:
+        return False
+    from .training.run_directory import has_checkpoint  # imported by the run already
+
+    return has_checkpoint(out)
 
 
 def _leave_together() -> None:

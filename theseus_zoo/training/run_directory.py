@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from ..recipes import Recipe, with_defaults
+from .checkpoints import previous_of
 from .ranks import disagreement
 from .state import StageRecord, read_state
 
@@ -120,6 +121,12 @@ def repair_metrics(metrics: Path, length: int) -> None:
         f"last complete line; lines in between are lost",
         file=sys.stderr,
     )
+
+
+def has_checkpoint(out: Path) -> bool:
+    """Whether the run directory ``out`` holds a checkpoint: the last, or the previous one a resume falls back to."""
+    checkpoint = out / CHECKPOINT
+    return checkpoint.exists() or previous_of(checkpoint).exists()
 
 
 FINGERPRINT = re.compile(r" \(sha256 [0-9a-f]{12}\)")

@@ -34,7 +34,7 @@ from ..recipes import Phase, Recipe
 from ..tasks import Task, build_task
 from ..tasks.protocols import BuildsDirect, CompressionOptions, ShardsLayers, refinement
 from . import ranks
-from .checkpoints import previous_of, read_checkpoint, write_checkpoint
+from .checkpoints import read_checkpoint, write_checkpoint
 from .data_order import labelled_split
 from .metrics_log import MetricsLog
 from .rng import RunRng
@@ -45,6 +45,7 @@ from .run_directory import (
     check_writable,
     data_changed,
     finished_predecessor,
+    has_checkpoint,
     recipe_changes,
     repair_metrics,
 )
@@ -160,7 +161,7 @@ class Session:
         """The checks before any write; reads the checkpoint to resume, builds the task, and returns the borrowed
         predecessor's record (``--predecessor-from``), or ``None``."""
         recipe, checkpoint = self.recipe, self.out / CHECKPOINT
-        started = checkpoint.exists() or previous_of(checkpoint).exists()
+        started = has_checkpoint(self.out)
         if resume and not started:
             raise RunError(f"--resume: no {CHECKPOINT} in {self.out}; start without --resume")
         if not resume and started:
