@@ -7,17 +7,21 @@ TORCH := torch==2.14.1 torchvision==0.29.1
 
 .PHONY: install test lint format docs demo bench bench-deploy clean
 
+# Every target writes the bytecode of what it imports, whatever the shell says (an empty value is unset to Python):
+# without it, each test's subprocess would compile torch again.
+export PYTHONDONTWRITEBYTECODE :=
+
 install: $(VENV)/.installed
 
 # uv installs on every core (a fresh install on 2 cores: about 40 s, where pip took 140 s); pip installs uv, and
 # installs everything itself where uv cannot (no uv for the platform, an index only pip is configured for). Neither
-# compiles to bytecode: compileall does, on every core, and skips the libraries' own test suites (a file of a newer
-# Python's syntax, such as one of torch's test helpers, is left uncompiled: its error is not one of ours).
+# compiles to bytecode, and nothing here does: a module is compiled as it is first imported, once, since every
+# target writes bytecode (above). Compiling all of the environment ahead took ~100 CPU-seconds, most of it for
+# modules no target imports.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	($(BIN)/pip install --quiet uv && $(BIN)/uv pip install --quiet --python $(BIN)/python $(TORCH) -e '.[dev]') \
 		|| $(BIN)/pip install --quiet --no-compile $(TORCH) -e '.[dev]'
-	$(BIN)/python -m compileall -q -j 0 -x 'site-packages/.*/tests?/' $(VENV)/lib > /dev/null || true
 	touch $@
 
 lint: install

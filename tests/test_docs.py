@@ -4,15 +4,13 @@ README's quick start the same as the docs', and the command page's CLI block pas
 ``--out``)."""
 
 import importlib.util
-import os
 import re
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.page_process import run_page
 from theseus_zoo.recipes import list_recipes
 from theseus_zoo.tasks import FAMILY_EXTRAS
 
@@ -32,13 +30,12 @@ def name(page: Path) -> str:
     return page.relative_to(ROOT).as_posix()
 
 
-def run(code: str, cwd: Path) -> subprocess.CompletedProcess:
+def run(code: str, cwd: Path) -> tuple[int, str, str]:
+    """``(exit code, stdout, stderr)`` of ``code`` run as a script in a process of its own (`page_process`), this
+    checkout first on its path, whatever is installed."""
     script = cwd / "page.py"
     script.write_text(code)
-    environment = {**os.environ, "PYTHONPATH": str(ROOT)}  # this checkout, whatever is installed
-    return subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=cwd, env=environment
-    )
+    return run_page(script, cwd, pythonpath=ROOT, timeout=600)
 
 
 RUNNABLE = [page for page in PAGES if python_blocks(page)]
@@ -89,10 +86,10 @@ def test_every_python_block_of_a_page_runs_in_order(page, tmp_path):
     or in the namespace it says it continues (`page_script`; tiny models only: the Lightning and Trainer examples
     train 20-30 steps). The README's one block is the getting-started page's first
     (`test_the_readme_and_the_docs_have_one_quick_start`), run there."""
-    result = run(page_script(page), tmp_path)
-    assert result.returncode == 0, f"{name(page)}:\n{result.stderr[-3000:]}"
+    returncode, stdout, stderr = run(page_script(page), tmp_path)
+    assert returncode == 0, f"{name(page)}:\n{stderr[-3000:]}"
     if name(page) == "docs/getting-started.md":
-        assert "'blocks[0:3]': 3 × Block" in result.stdout  # the handle's repr, as the quick start prints it
+        assert "'blocks[0:3]': 3 × Block" in stdout  # the handle's repr, as the quick start prints it
 
 
 def test_the_cli_block_pastes_in_order():

@@ -24,10 +24,7 @@ TINY = {
 def toy_campaign(tmp_path):
     definition = {
         "cells": {"toy": {"recipe": "toy", "overrides": TINY}},
-        "methods": {
-            "truncated": {"lr1e-3": {"replacing": {"lr": 1e-3}}, "lr3e-3": {"replacing": {"lr": 3e-3}}},
-            "kd": {"default": {}},
-        },
+        "methods": {"truncated": {"lr1e-3": {"replacing": {"lr": 1e-3}}, "lr3e-3": {"replacing": {"lr": 3e-3}}}},
         "grid_seeds": [0],
         "final_seeds": [0, 1],
     }
@@ -39,8 +36,8 @@ def toy_campaign(tmp_path):
 def test_a_campaign_runs_what_is_left_resumes_a_killed_job_and_skips_what_is_done(tmp_path, capsys):
     campaign = toy_campaign(tmp_path)
     status = campaign.status()
-    assert (status["done"], status["left"]) == (0, 5)  # 3 grid runs, then seed 1 of each method's chosen setting
-    assert status["cpu_hours_left"] is None and status["waiting"] == [("toy", "truncated"), ("toy", "kd")]
+    assert (status["done"], status["left"]) == (0, 3)  # 2 grid runs, then seed 1 of the chosen setting
+    assert status["cpu_hours_left"] is None and status["waiting"] == [("toy", "truncated")]
     # The first run of a seed fine-tunes its predecessor: no other run of that seed starts beside it.
     assert next_runs(campaign, set(), 2) == [CampaignRun("toy", "truncated", "lr1e-3", 0)]
 
@@ -58,8 +55,8 @@ def test_a_campaign_runs_what_is_left_resumes_a_killed_job_and_skips_what_is_don
     process.wait()
     assert (directory / "checkpoint.pt").exists() and not (directory / "report.json").exists()
 
-    assert run_campaign(campaign, jobs=2, threads=1) == 5
-    assert all(campaign.done(run) for run in campaign.runs()) and len(campaign.runs()) == 5
+    assert run_campaign(campaign, jobs=2, threads=1) == 3
+    assert all(campaign.done(run) for run in campaign.runs()) and len(campaign.runs()) == 3
     steps = [
         json.loads(line)["step"]
         for line in (directory / "metrics.jsonl").read_text().splitlines()
@@ -77,13 +74,13 @@ def test_a_campaign_runs_what_is_left_resumes_a_killed_job_and_skips_what_is_don
     assert provenance["config"] == campaign.overrides(killed) and provenance["environment"]["commit"]
     chosen = campaign.chosen("toy", "truncated")
     assert chosen in ("lr1e-3", "lr3e-3") and CampaignRun("toy", "truncated", chosen, 1) in campaign.runs()
-    sources = {campaign.predecessor_source(CampaignRun("toy", "kd", "default", seed)) for seed in (0, 1)}
+    sources = {campaign.predecessor_source(run) for run in campaign.runs()}  # two runs of seed 0, one of seed 1
     kept = {path.parent for path in campaign.runs_root.rglob("checkpoint.pt")}
     assert kept == sources and len(kept) == 2 and directory.resolve() in kept  # one predecessor a seed, no more
 
     status = campaign.status()
-    assert (status["done"], status["left"], status["waiting"]) == (5, 0, []) and status["cpu_hours_left"] == 0
-    assert "5 done, 0 running, 0 left" in format_status(campaign, status)
+    assert (status["done"], status["left"], status["waiting"]) == (3, 0, []) and status["cpu_hours_left"] == 0
+    assert "3 done, 0 running, 0 left" in format_status(campaign, status)
     assert run_campaign(campaign, jobs=2, threads=1) == 0  # nothing is run twice
     capsys.readouterr()
     arguments = ["--campaigns", str(tmp_path / "campaigns"), "--archive", str(tmp_path / "archive")]

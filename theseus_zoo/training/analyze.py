@@ -34,6 +34,7 @@ from theseus_core.checks import is_finite_number
 
 from ..recipes import Recipe
 from . import stats
+from .figures import new_figure, save
 from .results import Report
 from .run_directory import CHECKPOINT
 from .runners import ensure_run
@@ -278,21 +279,13 @@ def _write(out: Path, summary: dict[str, Any], lines: list[str], figure: Any) ->
     name = summary["analysis"]
     (out / f"{name}.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / f"{name}.md").write_text("\n".join(lines) + f"\n\n![{name}]({name}.png)\n")
-    figure.savefig(out / f"{name}.png", dpi=110)
-    import matplotlib.pyplot as plt
-
-    plt.close(figure)
+    save(figure, out / f"{name}.png")
 
 
 def _figure(columns: int = 1) -> tuple[Any, Any]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     if columns > 1:  # the budget study's two panels
-        return plt.subplots(1, columns, figsize=(11, 3.8), constrained_layout=True)
-    figure, axis = plt.subplots(figsize=(6.5, 3.8))
+        return new_figure(1, columns, figsize=(11, 3.8), constrained_layout=True)
+    figure, axis = new_figure(figsize=(6.5, 3.8))
     axis.grid(alpha=0.3)
     return figure, axis
 

@@ -20,6 +20,7 @@ from ..methods import report_keys, uses_search
 from ..tasks import Task
 from ..tasks.protocols import refinement, scores_examples
 from . import stats
+from .figures import new_figure, save
 from .methods import to_device
 from .results import REPORT, ModelResult, Report
 from .search import measure_frontier, plot_search
@@ -201,13 +202,8 @@ def markdown_report(report: Report | dict[str, Any]) -> str:
 
 def plot_curves(metrics_path: Path, png: Path, metric: str) -> None:
     """The replacing rate and the dev metric over steps, per phase."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     records = [json.loads(line) for line in metrics_path.read_text().splitlines()]
-    figure, (rate_axis, metric_axis) = plt.subplots(2, 1, figsize=(7, 5), sharex=True)
+    figure, (rate_axis, metric_axis) = new_figure(2, 1, figsize=(7, 5), sharex=True)
     for phase in dict.fromkeys(r["phase"] for r in records):
         rows = [r for r in records if r["phase"] == phase]
         if "rate" in rows[0]:
@@ -223,8 +219,7 @@ def plot_curves(metrics_path: Path, png: Path, metric: str) -> None:
         if axis.get_legend_handles_labels()[0]:  # no rate to plot when only baselines trained
             axis.legend(fontsize=8)
     figure.tight_layout()
-    figure.savefig(png, dpi=110)
-    plt.close(figure)
+    save(figure, png)
 
 
 def searched_key(recipe: Recipe) -> str | None:

@@ -35,6 +35,7 @@ from ..recipes.recipe import BUDGET_KINDS, Recipe
 from ..tasks import Task
 from ..tasks.protocols import ExampleInputs, OffersCandidates
 from .data_order import DataOrder, labelled_split
+from .figures import new_figure, save
 from .methods import replace_options, to_device
 from .timing import latency_ratio, macs_of
 
@@ -94,18 +95,13 @@ def plot_search(search: dict[str, Any], png: Path) -> None:
     own choice marked, and each uniform choice (one kind of candidate for every group) as a point. A latency search
     puts each choice at its measured latency, once assembled (`measure_frontier`), and the solver's predictions
     beside them as crosses; a parameters search at its parameters (exact)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     (kind,) = search["budget"]
     measured = {"latency": "measured_latency_ratio", "params": "params_ratio", "macs": "macs_ratio"}[kind]
 
     def x(point: dict[str, Any]) -> float | None:
         return point.get(measured, point["predicted_ratio"] if kind != "latency" else None)
 
-    figure, axis = plt.subplots(figsize=(6, 4))
+    figure, axis = new_figure(figsize=(6, 4))
     axis.axvline(search["budget"][kind], linestyle="--", color="grey", linewidth=1, label="budget")
     points = [p for p in search["frontier"] if x(p) is not None]
     axis.plot([x(p) for p in points], [p["score"] for p in points], "o-", label="searched")
@@ -129,8 +125,7 @@ def plot_search(search: dict[str, Any], png: Path) -> None:
     axis.set_ylabel("summed score (minus soft loss, 0 = predecessor)")
     axis.legend(fontsize=7)
     figure.tight_layout()
-    figure.savefig(png, dpi=110)
-    plt.close(figure)
+    save(figure, png)
 
 
 class BudgetSearch:
