@@ -92,7 +92,7 @@ class ExampleRun:
     model: nn.Module
     batches: list[Batch]
     seed: int
-    frozen: Sequence[nn.Module]  # the modules whose parameters do not require grad while replacing
+    frozen: Sequence[nn.Module]  # the modules whose parameters do not require grad while replacing, with their submodules
     names: dict[int, str] = field(init=False, repr=False)  # by id, as named when the run was set up (before a surgery)
     _copies: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = field(default=None, init=False, repr=False)
 
@@ -123,8 +123,9 @@ class ExampleRun:
         try:
             self.model.train(training)
             set_modes()
-            for module in self.frozen:
-                module.requires_grad_(False)
+            for module in self.frozen:  # closed under submodules (`engine.frozen_modules`): each its own parameters
+                for param in module.parameters(recurse=False):
+                    param.requires_grad_(False)
             with torch.random.fork_rng(devices=devices), torch.no_grad():
                 torch.manual_seed(self.seed)
                 inputs, kwargs = batch
