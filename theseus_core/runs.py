@@ -92,7 +92,7 @@ class ExampleRun:
     model: nn.Module
     batches: list[Batch]
     seed: int
-    frozen: Sequence[nn.Module]  # the modules whose parameters do not require grad while replacing, with their submodules
+    frozen: Sequence[nn.Module]  # the modules whose parameters stay frozen while replacing, submodules included
     names: dict[int, str] = field(init=False, repr=False)  # by id, as named when the run was set up (before a surgery)
     _copies: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = field(default=None, init=False, repr=False)
 
