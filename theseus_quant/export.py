@@ -279,13 +279,18 @@ class QuantizedLayout:
         if bad:
             raise ValueError(f"layer kinds must be in {LAYER_KINDS}, got {bad}")
         _check_activation_bits(self.activation_bits)
-        bad = {name: g for name, g in self.granularity.items() if name not in self.layers or g not in GRANULARITIES}
-        if bad:
-            raise ValueError(f"granularity must map layers of the layout to one of {GRANULARITIES}, got {bad}")
         if self.version not in LAYOUT_VERSIONS:
             raise ValueError(
                 f"quantized layout version {self.version} is not one of {LAYOUT_VERSIONS}; upgrade theseus"
             )
+        if self.version == 1 and self.granularity:
+            raise ValueError(
+                "granularity is recorded from quantized layout version 2 on; a version 1 layout has every layer at "
+                "quantize_'s defaults"
+            )
+        bad = {name: g for name, g in self.granularity.items() if name not in self.layers or g not in GRANULARITIES}
+        if bad:
+            raise ValueError(f"granularity must map layers of the layout to one of {GRANULARITIES}, got {bad}")
 
     def to_dict(self) -> dict:
         return {

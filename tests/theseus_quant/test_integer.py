@@ -184,6 +184,10 @@ def test_an_unversioned_layout_from_before_version_1_still_loads(tiny_bert, tmp_
     path.write_text(json.dumps({**old, "version": 99}))
     with pytest.raises(ValueError, match="version 99"):
         tq.load_quantized(tmp_path, lambda: BertForSequenceClassification(tiny_bert.config))
+    layer = next(iter(old["layers"]))  # granularity came with version 2: a version 1 layout naming one is refused
+    path.write_text(json.dumps({**old, "version": 1, "granularity": {layer: "row"}}))
+    with pytest.raises(ValueError, match="from quantized layout version 2 on"):
+        tq.load_quantized(tmp_path, lambda: BertForSequenceClassification(tiny_bert.config))
 
 
 def _integer_mlp(seed: int, clip: float) -> nn.Module:
