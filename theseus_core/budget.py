@@ -203,6 +203,11 @@ class CostTable:
             if used <= allowed:
                 break
             given -= used - allowed
+        else:
+            raise RuntimeError(
+                f"the solver's choice costs {used:.6g} of the groups' {kind} where {allowed:.6g} is allowed, after "
+                "tightening the limit three times by its excess (a solver whose tolerance exceeds it)"
+            )
         chosen = {path: group[index] for path, group, index in zip(self.paths, names, picked, strict=True)}
         score = sum(row[index] for row, index in zip(values, picked, strict=True))
         return Choice(chosen, kind, budget, limit, (rest + used) / total, score)
