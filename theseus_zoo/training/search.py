@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -282,6 +283,15 @@ class BudgetSearch:
         if costs is None:
             raise ValueError("BudgetSearch.run needs the costs check measured, or the saved choice of this run")
         scores = library.scores(score, self.task.logits)
+        diverged = next(((key, value) for key, value in scores.items() if not math.isfinite(value)), None)
+        if diverged is not None:  # the core's refusal would advise a lower lr, which here is another recipe
+            (path, name), value = diverged
+            raise ValueError(
+                f"the search's distillation diverged: candidate {name!r} of the group at {path} scored {value} after "
+                f"{self.steps} steps at lr {self.lr:g}; a lower lr (the config's budget.lr, or --budget ...,lr=) is "
+                "another recipe, so a new run: --predecessor-from this run's directory keeps its fine-tuned "
+                "predecessor"
+            )
         trail = None
         if self.given is not None:  # the recipe's choice: priced, not solved for (its exported cost is measured)
             choice = library.priced(self.given, scores, costs, self.kind)

@@ -398,3 +398,25 @@ def test_a_resumed_search_keeps_its_choice_without_measuring_the_budget_again(tm
     monkeypatch.setattr(BudgetSearch, "check", measures)
     assert cli.main([*args, "--resume"]) == 0
     assert json.loads((tmp_path / "run" / "report.json").read_text())["search"]["chosen"] == chosen
+
+
+def test_a_search_whose_distillation_diverged_says_a_lower_lr_is_a_new_run(tmp_path, monkeypatch, capsys):
+    from theseus_core.search import CandidateLibrary
+
+    scores = CandidateLibrary.scores
+
+    def diverged(library, *args, **kwargs):
+        found = scores(library, *args, **kwargs)
+        return {**found, next(key for key in found if key[1] != "keep"): float("nan")}
+
+    monkeypatch.setattr(CandidateLibrary, "scores", diverged)
+    config = tmp_path / "toy.json"
+    phases = {"predecessor": {"steps": 4, "eval_every": 2}, "replacing": {"steps": 2}, "steps_to_one": 1}
+    config.write_text(json.dumps(phases))
+    args = ["compress", "--recipe", "toy", "--config", str(config), "--out", str(tmp_path / "run"), "--no-progress"]
+    assert cli.main([*args, "--methods", "theseus", "--budget", "params=0.5,steps=2,lr=0.5"]) != 0
+    (error,) = [line for line in capsys.readouterr().err.splitlines() if "diverged" in line]
+    assert "scored nan after 2 steps at lr 0.5" in error and "--predecessor-from this run's directory" in error
+    monkeypatch.undo()  # as advised: a new run at a lower lr, the predecessor taken from the one that stopped
+    again = [*args[:-3], "--out", str(tmp_path / "again"), "--predecessor-from", str(tmp_path / "run"), "--no-progress"]
+    assert cli.main([*again, "--methods", "theseus", "--budget", "params=0.5,steps=2,lr=0.1"]) == 0
