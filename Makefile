@@ -8,7 +8,7 @@ TORCH := torch==2.14.1 torchvision==0.29.1
 .PHONY: install test lint format docs demo bench bench-deploy clean
 
 # Every target writes the bytecode of what it imports, whatever the shell says (an empty value is unset to Python):
-# without it, each test's subprocess would compile torch again.
+# without it, each process (a test's subprocess too) would compile again whatever the install left uncompiled.
 export PYTHONDONTWRITEBYTECODE :=
 
 install: $(VENV)/.installed
@@ -17,7 +17,7 @@ install: $(VENV)/.installed
 # installs everything itself where uv cannot (no uv for the platform, an index only pip is configured for). Neither
 # compiles to bytecode: compileall does, on every core, but for the libraries' own test suites (a file of a newer
 # Python's syntax, such as one of torch's test helpers, is left uncompiled: its error is not one of ours), pip, and
-# transformers' ~400 model architectures (a fifth of the environment's code, of which the tests import ~20): a
+# transformers' ~560 model architectures (a fifth of the environment's code, of which the tests import ~20): a
 # module left out is compiled as it is first imported, once, since every target writes bytecode (above).
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -30,11 +30,12 @@ def name(page: Path) -> str:
     return page.relative_to(ROOT).as_posix()
 
 
-def run(code: str, cwd: Path) -> tuple[int, str, str]:
+def run(code: str, folder: Path) -> tuple[int, str, str]:
     """``(exit code, stdout, stderr)`` of ``code`` run as a script in a process of its own (`page_process`), this
-    checkout first on its path, whatever is installed."""
-    script = cwd / "page.py"
+    checkout first on its path whatever is installed, in an empty working directory under ``folder``."""
+    script, cwd = folder / "page.py", folder / "page"
     script.write_text(code)
+    cwd.mkdir()
     return run_page(script, cwd, pythonpath=ROOT, timeout=600)
 
 

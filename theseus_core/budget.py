@@ -206,7 +206,7 @@ class CostTable:
         else:
             raise RuntimeError(
                 f"the solver's choice costs {used:.6g} of the groups' {kind} where {allowed:.6g} is allowed, after "
-                "tightening the limit three times by its excess (a solver whose tolerance exceeds it)"
+                "three solves, each under the last limit less the excess (a solver whose tolerance exceeds it)"
             )
         chosen = {path: group[index] for path, group, index in zip(self.paths, names, picked, strict=True)}
         score = sum(row[index] for row, index in zip(values, picked, strict=True))

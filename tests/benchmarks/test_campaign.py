@@ -24,7 +24,7 @@ TINY = {
 def toy_campaign(tmp_path):
     definition = {
         "cells": {"toy": {"recipe": "toy", "overrides": TINY}},
-        "methods": {"truncated": {"lr1e-3": {"replacing": {"lr": 1e-3}}, "lr3e-3": {"replacing": {"lr": 3e-3}}}},
+        "methods": {"truncated": {f"lr{lr}": {"replacing": {"lr": float(lr)}} for lr in ("1e-3", "3e-3", "1e-2")}},
         "grid_seeds": [0],
         "final_seeds": [0, 1],
     }
@@ -36,7 +36,7 @@ def toy_campaign(tmp_path):
 def test_a_campaign_runs_what_is_left_resumes_a_killed_job_and_skips_what_is_done(tmp_path, capsys):
     campaign = toy_campaign(tmp_path)
     status = campaign.status()
-    assert (status["done"], status["left"]) == (0, 3)  # 2 grid runs, then seed 1 of the chosen setting
+    assert (status["done"], status["left"]) == (0, 4)  # 3 grid runs (two at once), then seed 1 of the chosen one
     assert status["cpu_hours_left"] is None and status["waiting"] == [("toy", "truncated")]
     # The first run of a seed fine-tunes its predecessor: no other run of that seed starts beside it.
     assert next_runs(campaign, set(), 2) == [CampaignRun("toy", "truncated", "lr1e-3", 0)]
@@ -55,8 +55,8 @@ def test_a_campaign_runs_what_is_left_resumes_a_killed_job_and_skips_what_is_don
     process.wait()
     assert (directory / "checkpoint.pt").exists() and not (directory / "report.json").exists()
 
-    assert run_campaign(campaign, jobs=2, threads=1) == 3
-    assert all(campaign.done(run) for run in campaign.runs()) and len(campaign.runs()) == 3
+    assert run_campaign(campaign, jobs=2, threads=1) == 4
+    assert all(campaign.done(run) for run in campaign.runs()) and len(campaign.runs()) == 4
     steps = [
         json.loads(line)["step"]
         for line in (directory / "metrics.jsonl").read_text().splitlines()
@@ -73,14 +73,14 @@ def test_a_campaign_runs_what_is_left_resumes_a_killed_job_and_skips_what_is_don
     )
     assert provenance["config"] == campaign.overrides(killed) and provenance["environment"]["commit"]
     chosen = campaign.chosen("toy", "truncated")
-    assert chosen in ("lr1e-3", "lr3e-3") and CampaignRun("toy", "truncated", chosen, 1) in campaign.runs()
-    sources = {campaign.predecessor_source(run) for run in campaign.runs()}  # two runs of seed 0, one of seed 1
+    assert chosen in ("lr1e-3", "lr3e-3", "lr1e-2") and CampaignRun("toy", "truncated", chosen, 1) in campaign.runs()
+    sources = {campaign.predecessor_source(run) for run in campaign.runs()}  # three runs of seed 0, one of seed 1
     kept = {path.parent for path in campaign.runs_root.rglob("checkpoint.pt")}
     assert kept == sources and len(kept) == 2 and directory.resolve() in kept  # one predecessor a seed, no more
 
     status = campaign.status()
-    assert (status["done"], status["left"], status["waiting"]) == (3, 0, []) and status["cpu_hours_left"] == 0
-    assert "3 done, 0 running, 0 left" in format_status(campaign, status)
+    assert (status["done"], status["left"], status["waiting"]) == (4, 0, []) and status["cpu_hours_left"] == 0
+    assert "4 done, 0 running, 0 left" in format_status(campaign, status)
     assert run_campaign(campaign, jobs=2, threads=1) == 0  # nothing is run twice
     capsys.readouterr()
     arguments = ["--campaigns", str(tmp_path / "campaigns"), "--archive", str(tmp_path / "archive")]

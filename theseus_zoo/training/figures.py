@@ -1,6 +1,6 @@
 """Figures for the files a run writes, through matplotlib's object API: no pyplot, so the caller's backend and
 pyplot's list of open figures are left as they are (a notebook that runs `theseus_zoo` in-process keeps its inline
-plots), and a figure is freed with its last reference."""
+plots), and a figure is freed by the garbage collector like any object (pyplot keeps each until closed)."""
 
 from __future__ import annotations
 

@@ -420,3 +420,5 @@ def test_a_search_whose_distillation_diverged_says_a_lower_lr_is_a_new_run(tmp_p
     monkeypatch.undo()  # as advised: a new run at a lower lr, the predecessor taken from the one that stopped
     again = [*args[:-3], "--out", str(tmp_path / "again"), "--predecessor-from", str(tmp_path / "run"), "--no-progress"]
     assert cli.main([*again, "--methods", "theseus", "--budget", "params=0.5,steps=2,lr=0.1"]) == 0
+    logged = [json.loads(line)["phase"] for line in (tmp_path / "again" / "metrics.jsonl").read_text().splitlines()]
+    assert "predecessor" not in logged and "replacing" in logged  # the predecessor taken, not fine-tuned again
