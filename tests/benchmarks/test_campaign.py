@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+import benchmarks.campaign as campaign_module
 from benchmarks.campaign import Campaign, CampaignRun, execute, format_status, main, next_runs, run_campaign
 
 TINY = {
@@ -33,8 +34,12 @@ def toy_campaign(tmp_path):
     return Campaign.load(tmp_path / "campaigns" / "toy.json", archive=tmp_path / "archive", runs_root=tmp_path / "runs")
 
 
-def test_a_campaign_runs_what_is_left_resumes_a_killed_job_and_skips_what_is_done(tmp_path, capsys):
+def test_a_campaign_runs_what_is_left_resumes_a_killed_job_and_skips_what_is_done(tmp_path, capsys, monkeypatch):
     campaign = toy_campaign(tmp_path)
+    at_once, write_running = [], campaign_module.write_running  # how many runs each record of running.json lists
+    monkeypatch.setattr(
+        campaign_module, "write_running", lambda c, runs: at_once.append(len(runs)) or write_running(c, runs)
+    )
     status = campaign.status()
     assert (status["done"], status["left"]) == (0, 4)  # 3 grid runs (two at once), then seed 1 of the chosen one
     assert status["cpu_hours_left"] is None and status["waiting"] == [("toy", "truncated")]
@@ -56,6 +61,7 @@ def test_a_campaign_runs_what_is_left_resumes_a_killed_job_and_skips_what_is_don
     assert (directory / "checkpoint.pt").exists() and not (directory / "report.json").exists()
 
     assert run_campaign(campaign, jobs=2, threads=1) == 4
+    assert max(at_once) == 2  # the grid's other two settings at once, once the first run fine-tuned the predecessor
     assert all(campaign.done(run) for run in campaign.runs()) and len(campaign.runs()) == 4
     steps = [
         json.loads(line)["step"]
