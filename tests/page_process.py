@@ -53,13 +53,11 @@ def run_page(script: Path, cwd: Path, pythonpath: Path, timeout: float) -> tuple
     process.start()
     try:
         process.join(timeout)
-    finally:
-        if process.is_alive():
+    finally:  # past the timeout, or this process interrupted meanwhile
+        timed_out = process.is_alive()
+        if timed_out:
             process.kill()
             process.join()
-            timed_out = True
-        else:
-            timed_out = False
     read = lambda path: path.read_text(errors="replace") if path.exists() else ""  # noqa: E731
     if timed_out:
         ended = f"{read(stdout)[-1500:]}\n{read(stderr)[-1500:]}"
