@@ -15,7 +15,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .budget import Choice, Cost, CostTable, measured_choice, solve
+    from .budget import Choice, Cost, CostTable, NonFiniteScoreError, measured_choice, solve
     from .candidates import Kept, Skip, keep_specs, skip_specs, splice_
     from .costs import latency_clock, multiply_adds
     from .distillation import prediction_loss
@@ -49,7 +49,7 @@ _MODULES = {
         "registered_successor",
     ),
     "schedule": ("AntiCurriculumSchedule", "ConstantSchedule", "LinearSchedule"),
-    "budget": ("Choice", "Cost", "CostTable", "measured_choice", "solve"),
+    "budget": ("Choice", "Cost", "CostTable", "NonFiniteScoreError", "measured_choice", "solve"),
     "distillation": ("prediction_loss",),
     "search": ("CandidateLibrary",),
     "candidates": ("Kept", "Skip", "keep_specs", "skip_specs", "splice_"),
@@ -71,6 +71,7 @@ __all__ = [
     "Kept",
     "LinearSchedule",
     "ModuleSpec",
+    "NonFiniteScoreError",
     "Plan",
     "PredecessorChain",
     "Projected",

@@ -31,6 +31,19 @@ refused now and then, and the solver's feasibility tolerance let a choice exceed
 the predecessor's cost is far below what any measurement resolves."""
 
 
+class NonFiniteScoreError(ValueError):
+    """A candidate scored NaN or an infinity (its distillation diverged): what `CostTable` refuses to choose by.
+    ``path`` and ``name`` say which candidate, ``value`` what it scored, so that a caller can say what to do in its
+    own terms (the message's advice, a lower lr, is the library user's)."""
+
+    def __init__(self, path: str, name: str, value: float) -> None:
+        super().__init__(
+            f"candidate {name!r} of the group at {path} scored {value!r}: every candidate needs a finite score (a "
+            "distillation that diverged scores NaN: lower its lr)"
+        )
+        self.path, self.name, self.value = path, name, value
+
+
 KINDS = ("latency", "params", "macs")
 """What a budget may limit: measured latency, parameters, multiply-adds (`theseus_core.costs.multiply_adds`)."""
 
@@ -213,16 +226,15 @@ class CostTable:
         return Choice(chosen, kind, budget, limit, (rest + used) / total, score)
 
     def _check_scores(self, scores: Mapping[tuple[str, str], float]) -> None:
-        """Raises `ValueError` in one line unless every candidate has a finite score (a distillation that diverged
-        scores NaN)."""
+        """Raises `ValueError` in one line unless every candidate has a real score, `NonFiniteScoreError` unless
+        it is finite (a distillation that diverged scores NaN)."""
         for path in self.paths:
             for name in self.candidates[path]:
                 value = scores.get((path, name)) if isinstance(scores, Mapping) else None
-                if not isinstance(value, numbers.Real) or not math.isfinite(value):
-                    raise ValueError(
-                        f"candidate {name!r} of the group at {path} scored {value!r}: every candidate needs a finite "
-                        "score (a distillation that diverged scores NaN: lower its lr)"
-                    )
+                if not isinstance(value, numbers.Real):
+                    raise ValueError(f"candidate {name!r} of the group at {path} has no score (got {value!r})")
+                if not math.isfinite(value):
+                    raise NonFiniteScoreError(path, name, value)
 
     def cheapest(self, kind: str = "latency") -> Choice:
         """The choice of least summed cost that keeps a candidate with parameters to train (each candidate scored

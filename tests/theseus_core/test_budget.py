@@ -2,6 +2,7 @@
 `CostTable`, the choosing of a candidate library on plain numbers."""
 
 import itertools
+import math
 import random
 
 import numpy as np
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 
 from tests.hypothesis_profiles import examples
 from theseus_core import budget
-from theseus_core.budget import Choice, Cost, CostTable, measured_choice, solve
+from theseus_core.budget import Choice, Cost, CostTable, NonFiniteScoreError, measured_choice, solve
 
 pytest.importorskip("scipy")
 
@@ -372,6 +373,12 @@ def test_a_non_finite_score_or_nothing_cheaper_than_keep_is_refused_in_one_line_
         lambda: cheap.choose_measured(diverged, 0.8, lambda c: 0.5),
         lambda: cheap.priced({"g": "one"}, diverged),  # a recipe's own choice, priced
     ):
-        with pytest.raises(ValueError, match=r"candidate 'one' of the group at g scored nan.*lower its lr"):
+        with pytest.raises(
+            NonFiniteScoreError, match=r"candidate 'one' of the group at g scored nan.*lower its lr"
+        ) as error:
             choose()
+        assert (error.value.path, error.value.name, math.isnan(error.value.value)) == ("g", "one", True)
+    with pytest.raises(ValueError, match=r"candidate 'one' of the group at g has no score \(got None\)") as missing:
+        cheap.choose({("g", "keep"): 0.0}, 0.8)  # not a score at all: no NonFiniteScoreError to reword
+    assert not isinstance(missing.value, NonFiniteScoreError)
     assert cheap.choose({("g", "keep"): 0.0, ("g", "one"): -0.1}, np.float32(0.8)).chosen == {"g": "one"}

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 import sys
 import time
 from collections.abc import Callable
@@ -283,53 +282,15 @@ class BudgetSearch:
         if costs is None:
             raise ValueError("BudgetSearch.run needs the costs check measured, or the saved choice of this run")
         scores = library.scores(score, self.task.logits)
-        diverged = next(((key, value) for key, value in scores.items() if not math.isfinite(value)), None)
-        if diverged is not None:  # the core's refusal would advise a lower lr, which here is another recipe
-            (path, name), value = diverged
+        try:
+            choice, within, trail = self._choose(library, predecessor, scores, costs, progress)
+        except th.NonFiniteScoreError as error:  # the core advises a lower lr, which here is another recipe
             raise ValueError(
-                f"the search's distillation diverged: candidate {name!r} of the group at {path} scored {value} after "
-                f"{self.steps} steps at lr {self.lr:g}; a lower lr (the config's budget.lr, or --budget ...,lr=) is "
-                "another recipe, so a new run: --predecessor-from this run's directory keeps its fine-tuned "
-                "predecessor"
-            )
-        trail = None
-        if self.given is not None:  # the recipe's choice: priced, not solved for (its exported cost is measured)
-            choice = library.priced(self.given, scores, costs, self.kind)
-            within = None if self.kind == "latency" else dataclasses.replace(choice, budget=self.fraction).within_budget
-            if within is False:
-                print(
-                    f"theseus: warning: the recipe's choice (budget.chosen) costs {choice.predicted_ratio:.3f} of the "
-                    f"predecessor's {self.kind}, over the budget of {self.fraction:g}; it is the one trained",
-                    file=sys.stderr,
-                )
-        elif self.kind == "latency":  # the candidates' times need not add up: each choice assembled and measured
-            bar = tqdm(desc="search: measure choices", unit="choice", disable=not progress, leave=False)
-
-            def measure(chosen: dict[str, str]) -> float:
-                (cost,) = self.measure(predecessor, [chosen], library)
-                ratio = cost.get("measured_latency_ratio", float("inf"))  # one that does not assemble never fits
-                bar.update(1)
-                bar.set_postfix(latency=f"{ratio:.3f}", refresh=False)
-                return ratio
-
-            # The uniform choices (what the runs without a budget train) are measured beside the solver's, and
-            # compete by the summed score. Comparing the choices within the budget as wholes instead (assess=
-            # CandidateLibrary.assembled_score after the blockwise distillation) picked, on GCN PolBlogs at 0.25,
-            # layers without message passing that trained to 0.61-0.71 (0.834 over 10 seeds against 0.906): not used.
-            also = library.uniform_choices()
-            with bar:
-                choice, trail = library.choose_measured(scores, costs, self.fraction, measure, self.kind, also=also)
-            within = choice.within_budget
-            if not within:  # the cheapest measured is the one taken
-                print(
-                    f"theseus: warning: no choice measured within the latency budget of {self.fraction:g}; the "
-                    f"cheapest measured {choice.measured_ratio:.3f} of the predecessor's latency and is the one "
-                    f"trained",
-                    file=sys.stderr,
-                )
-        else:  # parameters and multiply-adds add up exactly
-            choice = library.choose(scores, costs, self.fraction, self.kind)
-            within = choice.within_budget
+                f"the search's distillation diverged: candidate {error.name!r} of the group at {error.path} scored "
+                f"{error.value} after {self.steps} steps at lr {self.lr:g}; a lower lr (the config's budget.lr, or "
+                "--budget ...,lr=) is another recipe, so a new run: --predecessor-from this run's directory keeps its "
+                "fine-tuned predecessor"
+            ) from None
         per_key, rest = costs
         total = rest.of(self.kind) + sum(per_key[(path, "keep")].of(self.kind) for path in library.paths)
         record = {
@@ -371,3 +332,53 @@ class BudgetSearch:
         }
         record = agree(record)
         return library.plan(record["chosen"]), record
+
+    def _choose(
+        self,
+        library: CandidateLibrary,
+        predecessor: nn.Module,
+        scores: dict[tuple[str, str], float],
+        costs: tuple[dict[tuple[str, str], Cost], Cost],
+        progress: bool,
+    ) -> tuple[th.Choice, bool | None, list[dict[str, Any]] | None]:
+        """``(choice, within_budget, trail)``: the recipe's own choice priced, else the solver's (by measured latency
+        under a latency budget, the trail of choices measured). Raises what the core's choosing raises."""
+        trail = None
+        if self.given is not None:  # the recipe's choice: priced, not solved for (its exported cost is measured)
+            choice = library.priced(self.given, scores, costs, self.kind)
+            within = None if self.kind == "latency" else dataclasses.replace(choice, budget=self.fraction).within_budget
+            if within is False:
+                print(
+                    f"theseus: warning: the recipe's choice (budget.chosen) costs {choice.predicted_ratio:.3f} of the "
+                    f"predecessor's {self.kind}, over the budget of {self.fraction:g}; it is the one trained",
+                    file=sys.stderr,
+                )
+        elif self.kind == "latency":  # the candidates' times need not add up: each choice assembled and measured
+            bar = tqdm(desc="search: measure choices", unit="choice", disable=not progress, leave=False)
+
+            def measure(chosen: dict[str, str]) -> float:
+                (cost,) = self.measure(predecessor, [chosen], library)
+                ratio = cost.get("measured_latency_ratio", float("inf"))  # one that does not assemble never fits
+                bar.update(1)
+                bar.set_postfix(latency=f"{ratio:.3f}", refresh=False)
+                return ratio
+
+            # The uniform choices (what the runs without a budget train) are measured beside the solver's, and
+            # compete by the summed score. Comparing the choices within the budget as wholes instead (assess=
+            # CandidateLibrary.assembled_score after the blockwise distillation) picked, on GCN PolBlogs at 0.25,
+            # layers without message passing that trained to 0.61-0.71 (0.834 over 10 seeds against 0.906): not used.
+            also = library.uniform_choices()
+            with bar:
+                choice, trail = library.choose_measured(scores, costs, self.fraction, measure, self.kind, also=also)
+            within = choice.within_budget
+            if not within:  # the cheapest measured is the one taken
+                print(
+                    f"theseus: warning: no choice measured within the latency budget of {self.fraction:g}; the "
+                    f"cheapest measured {choice.measured_ratio:.3f} of the predecessor's latency and is the one "
+                    f"trained",
+                    file=sys.stderr,
+                )
+        else:  # parameters and multiply-adds add up exactly
+            choice = library.choose(scores, costs, self.fraction, self.kind)
+            within = choice.within_budget
+        return choice, within, trail
