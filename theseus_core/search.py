@@ -59,7 +59,7 @@ from .costs import latency_clock, multiply_adds
 from .distillation import prediction_loss
 from .engine import replace_
 from .registry import SuccessorRegistry
-from .runs import evaluating
+from .runs import cuda_devices, evaluating
 from .site import primary_output, split_primary
 from .spec import ModuleSpec, Plan
 
@@ -80,7 +80,7 @@ class _Streams:
     draws from its name's stream alone (each stream goes on where it stopped), and the caller's stream is left as it
     was."""
 
-    def __init__(self, base: int, devices: list[torch.device]) -> None:
+    def __init__(self, base: int, devices: list[int]) -> None:
         self.base, self.devices = base, devices
         self.states: dict[tuple[str, ...], tuple[torch.Tensor, list[torch.Tensor]]] = {}
 
@@ -101,10 +101,6 @@ class _Streams:
                     torch.get_rng_state(),
                     [torch.cuda.get_rng_state(device) for device in self.devices],
                 )
-
-
-def _cuda_devices(model: nn.Module) -> list[torch.device]:
-    return sorted({p.device for p in model.parameters() if p.device.type == "cuda"}, key=str)
 
 
 _KEPT = (_copy_group, None, None)
@@ -185,7 +181,7 @@ class CandidateLibrary:
             self.successors[(spec.path, KEEP)], self.specs[(spec.path, KEEP)] = site.successor, spec
         # one draw from the caller's stream, whatever the candidates: each column builds (and each candidate later
         # distils, `distill_`) from a stream of its own, so adding or removing a candidate changes no other
-        self.streams = _Streams(int(torch.randint(0, 2**62, ())), _cuda_devices(model))
+        self.streams = _Streams(int(torch.randint(0, 2**62, ())), cuda_devices(model))
         for name, specs in columns.items():
             if name == KEEP:
                 continue
