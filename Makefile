@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch 2.14.1 / torchvision 0.29.1: what pip is capped at on these machines; pinned, since uv reads no pip configuration.
 TORCH := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: install test lint format docs demo bench bench-deploy clean
+.PHONY: install test test-all lint format docs demo bench bench-deploy clean
 
 # Every target writes the bytecode of what it imports, whatever the shell says (an empty value is unset to Python):
 # without it, each process (a test's subprocess too) would compile again whatever the install left uncompiled.
@@ -42,9 +42,15 @@ docs: install
 	@echo "make docs: the site is in build/site (open build/site/index.html)"
 
 # Two workers: the tests run on one intra-op thread each (tests/conftest.py), so two share the 2 cores of CI; an
-# idle worker takes tests queued for the other (worksteal), and the slowest tests are listed at the end.
+# idle worker takes tests queued for the other (worksteal), and the slowest tests are listed at the end. `make test`
+# (CI) leaves out the tests marked slow (pyproject.toml: several processes, the benchmarks' pipelines end to end,
+# further variants of an end-to-end run); `make test-all` runs them too, before a change to what they cover lands.
+PYTEST := $(BIN)/python -m pytest -n 2 --dist worksteal --durations=25
 test: install lint docs
-	$(BIN)/python -m pytest -n 2 --dist worksteal --durations=25
+	$(PYTEST) -m "not slow"
+
+test-all: install lint docs
+	$(PYTEST)
 
 # A real model on real data in minutes: all-MiniLM-L6-v2 6 -> 1 layer on Rotten Tomatoes' five valence grades, where
 # truncation costs 7 points (benchmarks/results/headroom.md), at a fifth of the budget of minilm-rt-five-1l (recipe

@@ -34,6 +34,7 @@ def toy_campaign(tmp_path):
     return Campaign.load(tmp_path / "campaigns" / "toy.json", archive=tmp_path / "archive", runs_root=tmp_path / "runs")
 
 
+@pytest.mark.slow
 def test_a_campaign_runs_what_is_left_resumes_a_killed_job_and_skips_what_is_done(tmp_path, capsys, monkeypatch):
     campaign = toy_campaign(tmp_path)
     at_once, write_running = [], campaign_module.write_running  # how many runs each record of running.json lists
@@ -94,6 +95,7 @@ def test_a_campaign_runs_what_is_left_resumes_a_killed_job_and_skips_what_is_don
     assert "chosen" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_a_predecessor_fine_tuned_unlike_the_archived_one_stops_the_campaign_naming_both_machines(tmp_path):
     campaign = toy_campaign(tmp_path)
     first, second = CampaignRun("toy", "truncated", "lr1e-3", 0), CampaignRun("toy", "truncated", "lr3e-3", 0)
@@ -117,6 +119,7 @@ def test_a_predecessor_fine_tuned_unlike_the_archived_one_stops_the_campaign_nam
     assert not campaign.done(second) and (campaign.runs_root / second.path / "report.json").exists()
 
 
+@pytest.mark.slow
 def test_a_cell_with_search_from_trains_the_architecture_its_variant_chose_seed_by_seed(tmp_path):
     pytest.importorskip("scipy")
     definition = {

@@ -24,6 +24,7 @@ def device_campaign(tmp_path, archive="archive", gpu_seeds=(1,)):
     return Campaign.load(tmp_path / "campaigns" / "toy.json", archive=tmp_path / archive, runs_root=tmp_path / "runs")
 
 
+@pytest.mark.slow
 def test_the_gpu_path_runs_its_seeds_alone_and_its_archive_unpacks_once(tmp_path, capsys):
     campaign = device_campaign(tmp_path)
     # a run expected to take a minute (none finished yet) does not start 36 s before the call ends

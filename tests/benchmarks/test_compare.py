@@ -26,6 +26,7 @@ def runs_in_this_process(monkeypatch):
     monkeypatch.setattr(CompressProcess, "__call__", run)
 
 
+@pytest.mark.slow
 def test_each_method_gets_its_best_dev_lr_and_every_seed_a_paired_difference(tmp_path):
     config = tmp_path / "tiny.json"
     tiny = {"predecessor": {"steps": 10, "eval_every": 5}, "replacing": {"steps": 10, "eval_every": 5}}
@@ -57,6 +58,7 @@ def test_each_method_gets_its_best_dev_lr_and_every_seed_a_paired_difference(tmp
     assert "theseus − truncated" in (tmp_path / "out" / "compare-toy-tiny.md").read_text()
 
 
+@pytest.mark.slow
 def test_a_pinned_learning_rate_replaces_the_grid_for_its_method_only(tmp_path):
     config = tmp_path / "tiny.json"
     tiny = {"predecessor": {"steps": 4, "eval_every": 2}, "replacing": {"steps": 4, "eval_every": 2}}
@@ -76,6 +78,7 @@ def test_a_pinned_learning_rate_replaces_the_grid_for_its_method_only(tmp_path):
         compare.main([*args, "--out", str(tmp_path / "out"), "--jobs", "1"])
 
 
+@pytest.mark.slow
 def test_a_rate_whose_run_fails_is_left_out_of_the_grid(tmp_path, monkeypatch, capsys):
     config = tmp_path / "tiny.json"
     tiny = {"predecessor": {"steps": 4, "eval_every": 2}, "replacing": {"steps": 4, "eval_every": 2}}
@@ -112,6 +115,7 @@ def test_a_bad_pinned_learning_rate_ends_before_any_run(tmp_path, capsys, pin, m
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow
 def test_archived_runs_are_kept_across_machines_unless_their_recipe_or_predecessor_differs(tmp_path, capsys):
     config = tmp_path / "tiny.json"
     tiny = {"predecessor": {"steps": 6, "eval_every": 3}, "replacing": {"steps": 6, "eval_every": 3}}

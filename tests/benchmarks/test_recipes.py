@@ -74,6 +74,7 @@ def test_sizes_on_disk_and_the_refine_phase_count_for_each_model():
     assert summary["models"]["theseus"]["median_size_on_disk_bytes"] == 1_000_000.5
 
 
+@pytest.mark.slow
 def test_check_reruns_an_archived_seed_and_says_whether_it_matches(tmp_path, capsys):
     config = tmp_path / "tiny.json"
     tiny = {"predecessor": {"steps": 10, "eval_every": 10}, "replacing": {"steps": 10, "eval_every": 10}}

@@ -26,7 +26,11 @@ def compress(root, methods):
 
 
 @pytest.mark.parametrize(
-    ("methods", "stage"), [("kd,theseus+warmup", "warmup"), ("theseus,theseus+warmup", "warmup:theseus+warmup")]
+    ("methods", "stage"),
+    [
+        ("kd,theseus+warmup", "warmup"),
+        pytest.param("theseus,theseus+warmup", "warmup:theseus+warmup", marks=pytest.mark.slow),
+    ],
 )
 def test_the_rebuilt_model_scores_what_the_run_kept_and_warm_up_fitted_the_groups(tmp_path, methods, stage):
     run = compress(tmp_path, methods)

@@ -79,7 +79,10 @@ def _bert_run(root, num_labels: int, quantized: bool, num_layers: int = 2, resha
     return run
 
 
-@pytest.mark.parametrize(("num_labels", "quantized"), [(3, False), (1, False), (2, True)])
+@pytest.mark.parametrize(
+    ("num_labels", "quantized"),
+    [(3, False), pytest.param(1, False, marks=pytest.mark.slow), pytest.param(2, True, marks=pytest.mark.slow)],
+)
 def test_a_bert_run_exports_and_matches_in_onnx_runtime(tmp_path, capsys, num_labels, quantized):
     """Classification and regression heads; a quantized (binary, TWS) run also gets the integer graph, which must
     match the simulated model."""
@@ -133,7 +136,10 @@ def test_a_resnet_run_exports_and_matches(tmp_path):
     assert session(exported.path).get_inputs()[0].name == "images"
 
 
-@pytest.mark.parametrize("searched", [False, True], ids=["gcn", "gcn-with-searched-layers"])
+@pytest.mark.parametrize(
+    "searched",
+    [pytest.param(False, id="gcn", marks=pytest.mark.slow), pytest.param(True, id="gcn-with-searched-layers")],
+)
 def test_a_gnn_run_exports_and_matches_on_graphs_of_other_sizes(tmp_path, searched):
     """A plain GCN, and one whose convs a budget search replaced by a `NodeLinear` and a `MeanConv`."""
     from torch_geometric.nn import GCN

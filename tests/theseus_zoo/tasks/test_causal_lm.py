@@ -260,7 +260,9 @@ def test_a_searched_decoder_with_layers_of_several_forms_exports_and_generates_a
     assert torch.equal(*tokens)
 
 
-@pytest.mark.parametrize("budget", [{"params": 0.9}, {"latency": 0.9}])  # latency: each choice assembled, measured
+@pytest.mark.parametrize(
+    "budget", [{"params": 0.9}, pytest.param({"latency": 0.9}, marks=pytest.mark.slow)]
+)  # latency: each choice assembled, measured
 def test_a_budget_on_a_decoder_exports_the_layers_chosen_and_renumbers_them(tiny_model, corpus, tmp_path, budget):
     pytest.importorskip("scipy")
     overrides = {"options": options(tiny_model, corpus), "methods": ["theseus", "truncated"]}

@@ -95,7 +95,7 @@ def compress(tmp_path, options, *, baselines=("truncated", "scratch", "kd"), out
     return cli.main([*args, "--no-progress"])
 
 
-@pytest.mark.parametrize("task", ["sst2", "stsb", "mnli"])
+@pytest.mark.parametrize("task", ["sst2", "stsb", pytest.param("mnli", marks=pytest.mark.slow)])
 def test_compress_on_glue_exports_a_plain_transformers_model_that_scores_as_reported(tiny_model, tmp_path, task):
     options = {"model": str(tiny_model), "dataset": f"glue/{task}", "data_dir": str(write_glue(tmp_path, task))}
     options["num_layers"] = 2
@@ -408,7 +408,9 @@ def test_a_searched_bert_with_layers_of_several_forms_exports_and_reloads_throug
         )
 
 
-@pytest.mark.parametrize("budget", [{"params": 0.95}, {"latency": 0.9}])  # latency: each choice assembled, measured
+@pytest.mark.parametrize(
+    "budget", [{"params": 0.95}, pytest.param({"latency": 0.9}, marks=pytest.mark.slow)]
+)  # latency: each choice assembled, measured
 def test_a_budget_on_bert_exports_a_transformers_model_of_the_layers_chosen(tiny_model, tmp_path, budget):
     """Whatever the search chose (the layers of a group, none, or one layer in any form), the export is a
     transformers model that `hf.load_pretrained` rebuilds strictly (plain ``from_pretrained`` when its layers have

@@ -107,6 +107,7 @@ def test_two_processes_write_once_agree_on_routes_and_log_the_mean_loss(tmp_path
     assert [r.get("rate") for r in logged] == [r.get("rate") for r in alone]
 
 
+@pytest.mark.slow
 def test_warmup_on_two_processes_trains_as_one_process_on_whole_batches(tmp_path, config):
     """``+warmup`` runs the successors outside the DDP wrapper's forward, so the loop averages their gradients itself
     (without it the ranks' successors drifted apart from the second warm-up step on)."""
@@ -125,6 +126,7 @@ def test_warmup_on_two_processes_trains_as_one_process_on_whole_batches(tmp_path
     assert [r["loss"] for r in logged] == pytest.approx([r["loss"] for r in alone], rel=1e-4)
 
 
+@pytest.mark.slow
 def test_ranks_given_different_seeds_fail_fast_with_one_line(tmp_path, config):
     out = tmp_path / "mismatch"
     command = f'exec "$PYTHON" -m theseus_zoo.cli compress --recipe toy --config {config} --out {out} --no-progress'

@@ -70,7 +70,9 @@ def whole(tmp_path_factory):
 
 # save 1: predecessor start, 2-3: its evaluations, 4: its "done"; 5: replacing start, 6-8: evaluations, 9: done;
 # 10: truncated start, ..., 14: its done
-@pytest.mark.parametrize("kill_after", [3, 4, 5, 9, 14])  # an evaluation's, phase ends', a phase start
+@pytest.mark.parametrize(
+    "kill_after", [3, *(pytest.param(n, marks=pytest.mark.slow) for n in (4, 5, 9)), 14]
+)  # an evaluation's, phase ends', a phase start
 def test_a_kill_right_after_any_save_resumes_to_the_same_bytes(tmp_path, monkeypatch, whole, kill_after):
     undo = dies_after_save(monkeypatch, kill_after)
     assert compress(tmp_path) == 130

@@ -27,6 +27,7 @@ def run(tmp_path, *extra, out="run"):
 
 
 @pytest.mark.usefixtures("fake_cache")
+@pytest.mark.slow
 def test_a_budget_searches_the_successors_theseus_trains_and_exports(tmp_path, monkeypatch):
     saved = {}  # ResNet checkpoints are large: keep the last state in memory
     monkeypatch.setattr(session, "atomic_save", lambda state, path: saved.update(state=state))

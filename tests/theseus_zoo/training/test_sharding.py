@@ -55,6 +55,7 @@ def logits(run: Path) -> torch.Tensor:
         return model(input_ids=torch.arange(5, 19).view(2, 7), use_cache=False).logits
 
 
+@pytest.mark.slow
 def test_two_sharded_processes_train_as_one_and_a_rank_killed_mid_stage_resumes_bit_for_bit(
     tmp_path, monkeypatch, capsys, config
 ):
