@@ -162,6 +162,12 @@ SETTINGS = (
         "bert",
         "campaign-minilm-regression-2l.json",
     ),
+    campaign_setting(
+        "MiniLM, valence regression 6 → 2 layers with 1,000 of the 7,423 training labels, one predecessor per seed, "
+        "every method at its dev choice from a closed grid (campaign)",
+        "bert",
+        "campaign-minilm-regression-2l-1000labels.json",
+    ),
     Setting(
         "MiniLM 6 → 3 slim layers (half the FFN)",
         "bert",
