@@ -43,6 +43,9 @@ class NonFiniteScoreError(ValueError):
         )
         self.path, self.name, self.value = path, name, value
 
+    def __reduce__(self) -> tuple[type, tuple[str, str, float]]:  # pickled (to another process) as it was raised
+        return type(self), (self.path, self.name, self.value)
+
 
 KINDS = ("latency", "params", "macs")
 """What a budget may limit: measured latency, parameters, multiply-adds (`theseus_core.costs.multiply_adds`)."""

@@ -3,6 +3,7 @@
 
 import itertools
 import math
+import pickle
 import random
 
 import numpy as np
@@ -378,6 +379,8 @@ def test_a_non_finite_score_or_nothing_cheaper_than_keep_is_refused_in_one_line_
         ) as error:
             choose()
         assert (error.value.path, error.value.name, math.isnan(error.value.value)) == ("g", "one", True)
+    sent = pickle.loads(pickle.dumps(error.value))  # as multiprocessing sends it back
+    assert type(sent) is NonFiniteScoreError and str(sent) == str(error.value) and sent.name == "one"
     with pytest.raises(ValueError, match=r"candidate 'one' of the group at g has no score \(got None\)") as missing:
         cheap.choose({("g", "keep"): 0.0}, 0.8)  # not a score at all: no NonFiniteScoreError to reword
     assert not isinstance(missing.value, NonFiniteScoreError)
