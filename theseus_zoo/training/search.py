@@ -354,9 +354,12 @@ class BudgetSearch:
                     file=sys.stderr,
                 )
         elif self.kind == "latency":  # the candidates' times need not add up: each choice assembled and measured
-            bar = tqdm(desc="search: measure choices", unit="choice", disable=not progress, leave=False)
+            bars: list[tqdm] = []  # drawn at the first measurement: nothing drawn for a refusal before it
 
             def measure(chosen: dict[str, str]) -> float:
+                if not bars:
+                    bars.append(tqdm(desc="search: measure choices", unit="choice", disable=not progress, leave=False))
+                (bar,) = bars
                 (cost,) = self.measure(predecessor, [chosen], library)
                 ratio = cost.get("measured_latency_ratio", float("inf"))  # one that does not assemble never fits
                 bar.update(1)
@@ -367,9 +370,13 @@ class BudgetSearch:
             # compete by the summed score. Comparing the choices within the budget as wholes instead (assess=
             # CandidateLibrary.assembled_score after the blockwise distillation) picked, on GCN PolBlogs at 0.25,
             # layers without message passing that trained to 0.61-0.71 (0.834 over 10 seeds against 0.906): not used.
-            also = library.uniform_choices()
-            with bar:
-                choice, trail = library.choose_measured(scores, costs, self.fraction, measure, self.kind, also=also)
+            try:
+                choice, trail = library.choose_measured(
+                    scores, costs, self.fraction, measure, self.kind, also=library.uniform_choices()
+                )
+            finally:
+                for bar in bars:
+                    bar.close()
             within = choice.within_budget
             if not within:  # the cheapest measured is the one taken
                 print(
