@@ -3,6 +3,7 @@ that cannot be exported is refused in one line. Skipped without the ``onnx`` ext
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -13,7 +14,7 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
 from theseus_zoo import cli
-from theseus_zoo.export.onnx import TOLERANCE, ExportRefusedError, export_onnx, export_run, session
+from theseus_zoo.export.onnx import QUANTIZED_TOLERANCE, TOLERANCE, ExportRefusedError, export_onnx, export_run, session
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 WORDS = [
@@ -98,6 +99,34 @@ def test_a_bert_run_exports_and_matches_in_onnx_runtime(tmp_path, capsys, num_la
     assert ("MatMulInteger" in {node.op_type for node in graph.graph.node}) == quantized
     outputs = session(run / "model" / "model.onnx").get_outputs()
     assert outputs[0].name == "logits" and outputs[0].shape[-1] == num_labels
+
+
+def test_a_quantized_model_exports_its_integer_graph_on_matmul_integer_and_matches_the_simulated_model(tmp_path):
+    """What a quantized run's ``model.int8.onnx`` is made of (`theseus_quant.onnx.TRANSLATIONS`), on two Linears:
+    each quantized Linear a ``MatMulInteger``, no float matrix product left, and ONNX Runtime within
+    `QUANTIZED_TOLERANCE` of the simulated model on a batch of another size (a whole quantized BERT run's export:
+    the test above, slow)."""
+    import theseus_quant as tq
+    from theseus_quant.onnx import TRANSLATIONS
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    tq.quantize_(model, weight_bits=2, activation_bits=8, skip=[])
+    model.eval()
+    integer = copy.deepcopy(model)
+    tq.to_integer_(integer)
+    exported = export_onnx(
+        integer,
+        {"input": torch.randn(3, 16)},
+        tmp_path / "model.int8.onnx",
+        dynamic_axes={"input": {0: "batch"}},
+        check_inputs=[{"input": torch.randn(7, 16)}],
+        translations=TRANSLATIONS,
+        reference=model,
+        tolerance=QUANTIZED_TOLERANCE,
+    )
+    assert "MatMulInteger" in exported.ops and not {"MatMul", "Gemm"} & set(exported.ops)
+    assert exported.checked == 2 and exported.max_abs_diff <= QUANTIZED_TOLERANCE
 
 
 def test_a_bert_run_whose_layers_a_search_shaped_differently_exports_and_matches(tmp_path, capsys):

@@ -139,6 +139,24 @@ def test_ranks_given_different_seeds_fail_fast_with_one_line(tmp_path, config):
     assert not out.exists()
 
 
+def test_gradients_of_a_loss_outside_the_wrapper_become_their_mean_over_the_ranks(monkeypatch):
+    """`ranks.average_gradients` as rank 0 of two sees it (a stand-in all_reduce sums in rank 1's gradient): each
+    gradient the mean, a parameter without one left without (the whole +warmup run on two processes: the test above,
+    slow)."""
+    trained, frozen = torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(2))
+    trained.grad = torch.tensor([1.0, -1.0])
+
+    def all_reduce(tensor, op):
+        assert op == ranks.dist.ReduceOp.SUM
+        tensor += torch.tensor([3.0, 5.0])  # rank 1's
+
+    monkeypatch.setattr(ranks, "_distributed", lambda: True)
+    monkeypatch.setattr(ranks.dist, "all_reduce", all_reduce)
+    monkeypatch.setattr(ranks.dist, "get_world_size", lambda: 2)
+    ranks.average_gradients([trained, frozen])
+    assert torch.equal(trained.grad, torch.tensor([2.0, 2.0])) and frozen.grad is None
+
+
 def test_each_rank_draws_its_own_forward_stream_and_leaves_the_shared_one_alone():
     torch.manual_seed(0)
     shared = torch.get_rng_state()
