@@ -43,7 +43,7 @@ docs: install
 
 # Two workers: the tests run on one intra-op thread each (tests/conftest.py), so two share the 2 cores of CI; an
 # idle worker takes tests queued for the other (worksteal), and the slowest tests are listed at the end. `make test`
-# (CI) leaves out the tests marked slow (pyproject.toml: several processes, the benchmarks' pipelines end to end,
+# (CI) leaves out the tests marked slow (pyproject.toml: further torchrun runs, the benchmarks' pipelines end to end,
 # further variants of an end-to-end run); `make test-all` runs them too, before a change to what they cover lands.
 PYTEST := $(BIN)/python -m pytest -n 2 --dist worksteal --durations=25
 test: install lint docs
